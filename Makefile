@@ -1,0 +1,125 @@
+# racimo - build, run and test.
+#
+#   make            build build/rel/racimo
+#   make run        install missing Debian packages, build, start a node
+#   make test       all tests: unit+golden (release), the same under
+#                   ASan+UBSan, and a bounded fuzz run of every parser
+#   make SANITIZE=1 build with ASan+UBSan into build/san
+#
+# Sources are found by wildcard: src/<layer>/*.c form libracimo.a, except
+# src/cli (the binary).  Files named *_avx2.c get the x86-64 SIMD flags and
+# *_neon.c the arm64 ones; nothing else does, so one binary runs on any CPU
+# of its architecture and picks kernels at start-up.
+
+CC      ?= cc
+ARCH    := $(shell uname -m)
+OS      := $(shell uname -s)
+
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+           -Wno-unused-parameter
+CFLAGS_BASE := -std=c11 -g $(WARN) -Isrc -pthread -fno-strict-aliasing
+ifeq ($(OS),Darwin)
+  CFLAGS_BASE += -D_DARWIN_C_SOURCE
+else
+  CFLAGS_BASE += -D_GNU_SOURCE
+endif
+LDLIBS  := -lm -pthread
+TEST_LDLIBS := -ljansson
+
+ifeq ($(SANITIZE),1)
+  BUILD   := build/san
+  OPT     := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+             -fno-sanitize-recover=undefined
+  LDFLAGS += -fsanitize=address,undefined
+else
+  BUILD   := build/rel
+  OPT     := -O2
+endif
+CFLAGS  ?=
+ALL_CFLAGS = $(CFLAGS_BASE) $(OPT) $(CFLAGS)
+
+ifeq ($(ARCH),x86_64)
+  ISA_AVX2 := -mavx2 -mfma -mf16c
+else
+  ISA_AVX2 :=
+endif
+ISA_NEON :=
+
+LIB_SRC  := $(filter-out src/cli/%,$(wildcard src/*/*.c))
+ifneq ($(ARCH),x86_64)
+  LIB_SRC := $(filter-out %_avx2.c,$(LIB_SRC))
+endif
+ifeq ($(filter aarch64 arm64,$(ARCH)),)
+  LIB_SRC := $(filter-out %_neon.c,$(LIB_SRC))
+endif
+CLI_SRC  := $(wildcard src/cli/*.c)
+TEST_SRC := $(wildcard tests/*.c)
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+.PHONY: all run test test-unit test-san fuzz clean deps
+all: $(BUILD)/racimo
+
+$(BUILD)/libracimo.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/racimo: $(CLI_OBJ) $(BUILD)/libracimo.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libracimo.a $(LDLIBS)
+
+# Tests link the CLI objects too (minus main) so commands can be tested
+# in-process; the test binary's main is the runner.
+$(BUILD)/racimo_tests: $(TEST_OBJ) $(BUILD)/libracimo.a
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libracimo.a $(TEST_LDLIBS) $(LDLIBS)
+
+$(BUILD)/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ISA_AVX2) -MMD -MP -c $< -o $@
+
+$(BUILD)/%_neon.o: %_neon.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ISA_NEON) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+
+deps:
+	@scripts/install-deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	./$(BUILD)/racimo $(if $(MODEL),logits -m $(MODEL),--help)
+
+test-unit: $(BUILD)/racimo_tests $(BUILD)/racimo
+	cd tests && RACIMO_BIN=../$(BUILD)/racimo ../$(BUILD)/racimo_tests
+
+test-san:
+	@$(MAKE) --no-print-directory SANITIZE=1 build/san/racimo_tests build/san/racimo
+	cd tests && RACIMO_TEST_TIMEOUT_SCALE=6 RACIMO_BIN=../build/san/racimo \
+	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ../build/san/racimo_tests
+
+# Fuzz targets: fuzz/fuzz_<name>.c, built with clang's libFuzzer against
+# the library sources; each runs FUZZ_SECONDS over its corpus fuzz/corpus/<name>.
+FUZZ_SECONDS ?= 60
+FUZZ_SRC  := $(wildcard fuzz/fuzz_*.c)
+FUZZ_BIN  := $(FUZZ_SRC:fuzz/%.c=build/fuzz/%)
+FUZZ_LIB_SRC := $(filter-out %_avx2.c %_neon.c,$(LIB_SRC))
+build/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC)
+	@mkdir -p build/fuzz
+	clang $(CFLAGS_BASE) -O1 -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined -o $@ $< $(FUZZ_LIB_SRC) $(LDLIBS)
+
+fuzz: $(FUZZ_BIN)
+	@scripts/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
+
+test:
+	@scripts/test-all.sh
+
+clean:
+	rm -rf build

@@ -1,0 +1,36 @@
+/* os.h - the small interface to the operating system.
+ *
+ * Everything that differs between Linux and macOS (file mapping, clocks,
+ * memory and CPU counts, resident memory) is behind these calls; the
+ * implementation is os_posix.c, with the few platform differences inside
+ * that one file.
+ */
+#ifndef RC_OS_H
+#define RC_OS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A read-only mapping of a whole file. */
+typedef struct {
+    const uint8_t *data;   /* NULL for an empty file */
+    size_t size_bytes;
+} os_map;
+
+/* Maps `path` read-only.  Errors (missing file, a directory, I/O) return a
+ * negative code with a detail naming the path. */
+int  os_map_file(const char *path, os_map *out);
+void os_unmap(os_map *m);                       /* accepts a zeroed map */
+
+/* Advises the kernel that [off, off+len) of a mapping will be needed soon. */
+void os_map_willneed(const os_map *m, size_t off, size_t len);
+
+uint64_t os_now_ns(void);                       /* monotonic clock */
+int      os_n_cpus(void);                       /* online logical CPUs, >= 1 */
+int      os_n_physical_cores(void);             /* >= 1; falls back to logical */
+uint64_t os_total_memory_bytes(void);
+uint64_t os_available_memory_bytes(void);
+uint64_t os_peak_rss_bytes(void);               /* of this process */
+uint64_t os_current_rss_bytes(void);            /* 0 where unknown */
+
+#endif

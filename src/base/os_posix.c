@@ -1,0 +1,188 @@
+/* os_posix.c - os.h for Linux and macOS. */
+#include "os.h"
+#include "err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__APPLE__)
+#include <mach/mach.h>
+#include <sys/sysctl.h>
+#endif
+
+int os_map_file(const char *path, os_map *out)
+{
+    struct stat st;
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return rc_fail(RC_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return rc_fail(RC_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return rc_fail(RC_EIO, "%s: not a regular file", path);
+    }
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return rc_fail(RC_EIO, "%s: cannot map: %s", path, strerror(e));
+        }
+        out->data = p;
+        out->size_bytes = (size_t)st.st_size;
+    }
+    close(fd);   /* the mapping keeps the file open */
+    return 0;
+}
+
+void os_unmap(os_map *m)
+{
+    if (m && m->data)
+        munmap((void *)m->data, m->size_bytes);
+    if (m)
+        memset(m, 0, sizeof *m);
+}
+
+void os_map_willneed(const os_map *m, size_t off, size_t len)
+{
+    if (!m->data || off >= m->size_bytes)
+        return;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t start = off & ~((size_t)page - 1);
+    if (len > m->size_bytes - off)
+        len = m->size_bytes - off;
+    madvise((void *)(m->data + start), len + (off - start), MADV_WILLNEED);
+}
+
+uint64_t os_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int os_n_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+int os_n_physical_cores(void)
+{
+#if defined(__APPLE__)
+    int n = 0;
+    size_t len = sizeof n;
+    if (sysctlbyname("hw.physicalcpu", &n, &len, NULL, 0) == 0 && n > 0)
+        return n;
+    return os_n_cpus();
+#else
+    /* Count distinct (package, core) pairs; SMT siblings share one. */
+    int logical = os_n_cpus(), seen = 0;
+    int ids[1024];
+    for (int cpu = 0; cpu < logical && cpu < 1024; cpu++) {
+        char path[128];
+        int pkg = 0, core = 0;
+        FILE *f;
+        snprintf(path, sizeof path,
+                 "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        if (!(f = fopen(path, "r")))
+            return logical;
+        if (fscanf(f, "%d", &core) != 1)
+            core = cpu;
+        fclose(f);
+        snprintf(path, sizeof path,
+                 "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+        if ((f = fopen(path, "r"))) {
+            if (fscanf(f, "%d", &pkg) != 1)
+                pkg = 0;
+            fclose(f);
+        }
+        int id = pkg * 65536 + core, dup = 0;
+        for (int i = 0; i < seen; i++)
+            dup |= ids[i] == id;
+        if (!dup)
+            ids[seen++] = id;
+    }
+    return seen > 0 ? seen : logical;
+#endif
+}
+
+uint64_t os_total_memory_bytes(void)
+{
+#if defined(__APPLE__)
+    uint64_t mem = 0;
+    size_t len = sizeof mem;
+    sysctlbyname("hw.memsize", &mem, &len, NULL, 0);
+    return mem;
+#else
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+#endif
+}
+
+uint64_t os_available_memory_bytes(void)
+{
+#if defined(__APPLE__)
+    vm_statistics64_data_t vs;
+    mach_msg_type_number_t count = HOST_VM_INFO64_COUNT;
+    if (host_statistics64(mach_host_self(), HOST_VM_INFO64,
+                          (host_info64_t)&vs, &count) != KERN_SUCCESS)
+        return 0;
+    return ((uint64_t)vs.free_count + vs.inactive_count) * (uint64_t)vm_page_size;
+#else
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    uint64_t kb = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb * 1024;
+#endif
+}
+
+uint64_t os_peak_rss_bytes(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+#if defined(__APPLE__)
+    return (uint64_t)ru.ru_maxrss;          /* bytes on macOS */
+#else
+    return (uint64_t)ru.ru_maxrss * 1024;   /* kilobytes on Linux */
+#endif
+}
+
+uint64_t os_current_rss_bytes(void)
+{
+#if defined(__APPLE__)
+    struct mach_task_basic_info info;
+    mach_msg_type_number_t count = MACH_TASK_BASIC_INFO_COUNT;
+    if (task_info(mach_task_self(), MACH_TASK_BASIC_INFO,
+                  (task_info_t)&info, &count) != KERN_SUCCESS)
+        return 0;
+    return info.resident_size;
+#else
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+#endif
+}

@@ -1,0 +1,177 @@
+/* gguf.h - reading and writing GGUF files (versions 2 and 3, little-endian).
+ *
+ * Reading: gguf_open maps the file read-only and parses the header, the
+ * key/value metadata and the tensor infos.  Nothing of the tensor data is
+ * copied: a tensor's `data` points into the mapping.  Every count, length,
+ * offset and dimension is treated as hostile: it is checked against what
+ * remains of the file and against hard limits before anything is allocated,
+ * and a failure's detail (rc_errmsg) names the file, the byte offset and the
+ * problem.  gguf_parse does the same on a buffer (for the fuzzer and tests).
+ *
+ * Strings in the file are not NUL-terminated; values give pointer + length
+ * into the mapping.  Keys and tensor names are copied into NUL-terminated
+ * strings (there are few of them); string arrays (tokenizer vocabularies,
+ * 100k+ entries) are not copied.
+ *
+ * Writing: gguf_writer collects metadata and tensor infos, then writes the
+ * file in one pass, asking a callback for each tensor's bytes so that models
+ * larger than memory can be written.
+ */
+#ifndef RC_GGUF_H
+#define RC_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GGUF_MAX_DIMS 4
+#define GGUF_DEFAULT_ALIGNMENT 32
+
+/* Value types, numbered as in the GGUF specification. */
+enum gguf_vtype {
+    GGUF_UINT8 = 0, GGUF_INT8 = 1, GGUF_UINT16 = 2, GGUF_INT16 = 3,
+    GGUF_UINT32 = 4, GGUF_INT32 = 5, GGUF_FLOAT32 = 6, GGUF_BOOL = 7,
+    GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_UINT64 = 10, GGUF_INT64 = 11,
+    GGUF_FLOAT64 = 12, GGUF_VTYPE_COUNT = 13
+};
+
+typedef struct { const char *ptr; uint64_t len; } gguf_str;
+
+typedef struct gguf_value gguf_value;
+struct gguf_value {
+    uint32_t type;                 /* enum gguf_vtype */
+    union {
+        uint64_t u;                /* UINT8..UINT64 and BOOL */
+        int64_t  i;                /* INT8..INT64 */
+        double   f;                /* FLOAT32, FLOAT64 */
+        gguf_str s;                /* STRING */
+        struct {
+            uint32_t elem_type;    /* enum gguf_vtype of every element */
+            uint64_t n;            /* element count */
+            const void *raw;       /* scalar elements: packed little-endian
+                                      bytes in the mapping */
+            gguf_value *items;     /* STRING or ARRAY elements: n parsed
+                                      values (NULL for scalar elements) */
+        } arr;
+    } v;
+};
+
+typedef struct {
+    const char *key;               /* NUL-terminated copy */
+    gguf_value  value;
+} gguf_kv;
+
+typedef struct {
+    const char *name;              /* NUL-terminated copy */
+    uint32_t    n_dims;            /* 1..4 */
+    int64_t     ne[GGUF_MAX_DIMS]; /* elements per dim, ne[0] contiguous;
+                                      unused dims are 1 */
+    uint32_t    type;              /* enum tensor_type */
+    uint64_t    offset;            /* from the start of the data section */
+    uint64_t    size_bytes;
+    const void *data;              /* into the mapping */
+    uint64_t    file_offset;       /* absolute offset of the data in the file */
+} gguf_tensor;
+
+typedef struct gguf_file {
+    char       *path;              /* for messages */
+    uint32_t    version;
+    uint64_t    n_kv;
+    gguf_kv    *kv;
+    uint64_t    n_tensors;
+    gguf_tensor *tensors;
+    uint64_t    alignment;
+    uint64_t    data_offset;       /* start of the tensor data section */
+    const uint8_t *base;           /* whole file bytes */
+    uint64_t    size_bytes;
+    void       *map_handle;        /* owned mapping (NULL for gguf_parse) */
+} gguf_file;
+
+/* Hard limits against hostile files (a real file is far below each). */
+#define GGUF_MAX_KV         (1u << 20)
+#define GGUF_MAX_TENSORS    (1u << 20)
+#define GGUF_MAX_STRING     (1u << 30)
+#define GGUF_MAX_ARRAY_DEPTH 8
+
+/* Maps and parses `path`.  On success *out owns the mapping; free with
+ * gguf_close.  On failure returns RC_EIO/RC_EFORMAT/RC_EUNSUPPORTED/RC_ENOMEM
+ * with a detail like "model.gguf: at byte 24: tensor count 4294967296
+ * exceeds the limit 1048576". */
+int gguf_open(const char *path, gguf_file **out);
+
+/* Parses a GGUF image already in memory.  `data` must outlive the result
+ * (nothing is copied but keys and tensor names).  `name` is used in
+ * messages. */
+int gguf_parse(const uint8_t *data, size_t size, const char *name, gguf_file **out);
+
+void gguf_close(gguf_file *f);     /* accepts NULL and half-built files */
+
+/* Metadata look-up; NULL if absent. */
+const gguf_value *gguf_get(const gguf_file *f, const char *key);
+
+/* Typed getters: 0 on success; RC_ENOTFOUND if absent; RC_EFORMAT (with a
+ * detail naming the key) if the stored type does not convert.  Integer getters
+ * accept any integer type whose value fits; gguf_get_f32 accepts floats and
+ * integers; gguf_get_str returns a pointer into the mapping, not terminated. */
+int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
+int gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);
+int gguf_get_i32(const gguf_file *f, const char *key, int32_t *out);
+int gguf_get_f32(const gguf_file *f, const char *key, float *out);
+int gguf_get_bool(const gguf_file *f, const char *key, bool *out);
+int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
+
+/* An array value's element count and type (RC_EFORMAT if not an array). */
+int gguf_get_arr(const gguf_file *f, const char *key, uint32_t *elem_type, uint64_t *n);
+
+/* Element i of a scalar array, converted as the typed getters do. */
+int gguf_arr_i64(const gguf_value *arr, uint64_t i, int64_t *out);
+int gguf_arr_f64(const gguf_value *arr, uint64_t i, double *out);
+
+/* Tensor look-up by name; NULL if absent. */
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+
+const char *gguf_vtype_name(uint32_t type);
+
+/* ---- writing ---- */
+
+typedef struct gguf_writer gguf_writer;
+
+/* Fills `dst` (exactly `size_bytes`) with tensor `index`'s data, in the order
+ * tensors were added.  Returns 0, or a negative code to abort the write. */
+typedef int (*gguf_fill_fn)(void *ctx, uint64_t index, void *dst, uint64_t size_bytes);
+
+gguf_writer *gguf_writer_new(void);            /* NULL on out of memory */
+void gguf_writer_free(gguf_writer *w);         /* accepts NULL */
+
+/* Metadata setters: the key is copied; a key set twice keeps the last value
+ * at the first position.  All return 0 or RC_ENOMEM. */
+int gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v);
+int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
+int gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
+int gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
+int gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
+int gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
+int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
+/* Arrays: values are copied. */
+int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
+int gguf_writer_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+int gguf_writer_set_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n);
+/* A raw value of any type, for tests of unusual files: `value` is copied
+ * deeply (strings and nested arrays included). */
+int gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *value);
+
+/* Declares a tensor (name copied).  Its size is computed from the type and
+ * dims; RC_EINVAL if ne[0] is not a multiple of the type's block size. */
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,
+                           uint32_t n_dims, const int64_t *ne);
+
+/* Writes version 3 with `general.alignment` (default 32; set the key first
+ * to change it) to `path` (via a temporary file renamed into place).
+ * `fill` is called once per tensor in order. */
+int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx);
+
+/* Same, into a malloc'd buffer (for tests and fuzz seeds); free with rc_free. */
+int gguf_writer_write_mem(gguf_writer *w, gguf_fill_fn fill, void *ctx,
+                          uint8_t **out, size_t *out_size);
+
+#endif

@@ -1,0 +1,155 @@
+/* types.h - tensor element types and their per-type function table.
+ *
+ * The enum values are GGUF's (ggml's) type numbers: they are read from files,
+ * so they are never renumbered, only appended; removed ggml types stay as
+ * comments.  Every type racimo computes with has an entry in the traits
+ * table, indexed by the enum.  The entries start as the scalar reference code
+ * (quant_ref.c), which is the specification and the test oracle; faster
+ * kernels for an instruction set replace the function pointers at start-up
+ * (tensor_kernels_init), never the reference functions themselves.
+ *
+ * Vocabulary: a row of n elements is n / block_size blocks of block_bytes
+ * each.  Every `n` below is a multiple of the type's block_size.
+ */
+#ifndef RC_TENSOR_TYPES_H
+#define RC_TENSOR_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum tensor_type {
+    TT_F32  = 0,
+    TT_F16  = 1,
+    TT_Q4_0 = 2,
+    TT_Q4_1 = 3,
+    /* 4 (Q4_2) and 5 (Q4_3) were removed from ggml */
+    TT_Q5_0 = 6,
+    TT_Q5_1 = 7,
+    TT_Q8_0 = 8,
+    TT_Q8_1 = 9,
+    TT_Q2_K = 10,
+    TT_Q3_K = 11,
+    TT_Q4_K = 12,
+    TT_Q5_K = 13,
+    TT_Q6_K = 14,
+    TT_Q8_K = 15,
+    TT_IQ2_XXS = 16,
+    TT_IQ2_XS  = 17,
+    TT_IQ3_XXS = 18,
+    TT_IQ1_S   = 19,
+    TT_IQ4_NL  = 20,
+    TT_IQ3_S   = 21,
+    TT_IQ2_S   = 22,
+    TT_IQ4_XS  = 23,
+    TT_I8  = 24,
+    TT_I16 = 25,
+    TT_I32 = 26,
+    TT_I64 = 27,
+    TT_F64 = 28,
+    TT_IQ1_M = 29,
+    TT_BF16  = 30,
+    /* 31..33 (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) were removed from ggml */
+    TT_TQ1_0 = 34,
+    TT_TQ2_0 = 35,
+    /* 36..38 (IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8) were removed from ggml */
+    TT_MXFP4 = 39,
+    TT_COUNT = 40
+};
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef uint16_t fp16_t;   /* IEEE half, stored bits */
+typedef uint16_t bf16_t;   /* bfloat16, stored bits */
+
+/* Block layouts, byte for byte those of GGUF files. */
+typedef struct { fp16_t d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
+typedef struct { fp16_t d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
+typedef struct { fp16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
+typedef struct { fp16_t d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
+typedef struct { fp16_t d; int8_t qs[QK8_0]; } block_q8_0;
+typedef struct { fp16_t d, s; int8_t qs[QK8_1]; } block_q8_1;   /* s = d * sum(qs) */
+typedef struct {
+    fp16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE];   /* 8 six-bit scales and 8 six-bit mins */
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+typedef struct {
+    fp16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+typedef struct {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t  scales[QK_K / 16];
+    fp16_t  d;
+} block_q6_K;
+typedef struct {
+    float   d;
+    int8_t  qs[QK_K];
+    int16_t bsums[QK_K / 16];       /* sums of each 16 qs, for the K-quant mins */
+} block_q8_K;
+
+_Static_assert(sizeof(block_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(block_q4_1) == 20, "q4_1 block");
+_Static_assert(sizeof(block_q5_0) == 22, "q5_0 block");
+_Static_assert(sizeof(block_q5_1) == 24, "q5_1 block");
+_Static_assert(sizeof(block_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(block_q8_1) == 36, "q8_1 block");
+_Static_assert(sizeof(block_q4_K) == 144, "q4_K block");
+_Static_assert(sizeof(block_q5_K) == 176, "q5_K block");
+_Static_assert(sizeof(block_q6_K) == 210, "q6_K block");
+_Static_assert(sizeof(block_q8_K) == 292, "q8_K block");
+
+/* Row of n elements of weights `w` (this type) against activations.
+ * dot_f32: activations in f32; the weights are decoded exactly to f32 and the
+ *          products summed in f32 (the "exact math" path).
+ * vec_dot: activations already converted to `vec_dot_type` (by that type's
+ *          from_float), as llama.cpp does: integer products for quantised
+ *          types (the fast path). */
+typedef float (*dot_f32_fn)(const void *w, const float *x, int64_t n);
+typedef float (*vec_dot_fn)(const void *w, const void *x, int64_t n);
+typedef void  (*to_float_fn)(const void *src, float *dst, int64_t n);
+typedef void  (*from_float_fn)(const float *src, void *dst, int64_t n);
+
+typedef struct {
+    const char   *name;          /* "Q4_K", as GGUF tools print it */
+    int64_t       block_size;    /* elements per block; 0 if unknown type */
+    size_t        block_bytes;
+    to_float_fn   to_float;      /* NULL if racimo cannot decode the type */
+    from_float_fn from_float;    /* reference quantiser; NULL if none */
+    dot_f32_fn    dot_f32;
+    int           vec_dot_type;  /* activation type for vec_dot */
+    vec_dot_fn    vec_dot;
+} tensor_traits;
+
+/* The table, indexed by enum tensor_type; entries of types racimo does not
+ * know have block_size 0.  Never NULL for 0 <= type < TT_COUNT. */
+const tensor_traits *tensor_type_traits(int type);
+
+/* Reference (scalar) table, unaffected by tensor_kernels_init: tests use it
+ * as the oracle for the SIMD entries. */
+const tensor_traits *tensor_type_traits_ref(int type);
+
+/* 1 if racimo can compute with weights of this type (decode and dot). */
+int tensor_type_supported(int type);
+
+/* Name for messages; "type 77" style for numbers outside the table. */
+const char *tensor_type_name(int type);
+
+/* Type from its name ("q4_k" or "Q4_K"); -1 if unknown. */
+int tensor_type_from_name(const char *name);
+
+/* Bytes of a row of n elements; 0 when n is not a multiple of the block
+ * size or the type is unknown. */
+size_t tensor_row_bytes(int type, int64_t n);
+
+#endif
