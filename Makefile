@@ -23,8 +23,8 @@ ifeq ($(OS),Darwin)
 else
   CFLAGS_BASE += -D_GNU_SOURCE
 endif
-LDLIBS  := -lm -pthread
-TEST_LDLIBS := -ljansson
+LDLIBS  := -lpcre2-8 -ljansson -lm -pthread
+TEST_LDLIBS :=
 
 ifeq ($(SANITIZE),1)
   BUILD   := build/san
@@ -91,18 +91,23 @@ $(BUILD)/%.o: %.c
 deps:
 	@scripts/install-deps.sh
 
+# Until `racimo serve` exists, `make run` evaluates a prompt of token ids
+# with MODEL (default: a synthetic model it writes to build/demo.gguf).
+MODEL ?= build/demo.gguf
+TOKENS ?= 1,2,3,4,5,6,7,8
 run: deps
 	@$(MAKE) --no-print-directory all
-	./$(BUILD)/racimo $(if $(MODEL),logits -m $(MODEL),--help)
+	@[ -f $(MODEL) ] || ./$(BUILD)/racimo make-model --preset tiny --type Q8_0 -o $(MODEL)
+	./$(BUILD)/racimo logits -m $(MODEL) --tokens $(TOKENS)
 
 test-unit: $(BUILD)/racimo_tests $(BUILD)/racimo
-	cd tests && RACIMO_BIN=../$(BUILD)/racimo ../$(BUILD)/racimo_tests
+	RACIMO_BIN=$(BUILD)/racimo $(BUILD)/racimo_tests $(T)
 
 test-san:
 	@$(MAKE) --no-print-directory SANITIZE=1 build/san/racimo_tests build/san/racimo
-	cd tests && RACIMO_TEST_TIMEOUT_SCALE=6 RACIMO_BIN=../build/san/racimo \
+	RACIMO_TEST_TIMEOUT_SCALE=6 RACIMO_BIN=build/san/racimo \
 	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ../build/san/racimo_tests
+	  build/san/racimo_tests $(T)
 
 # Fuzz targets: fuzz/fuzz_<name>.c, built with clang's libFuzzer against
 # the library sources; each runs FUZZ_SECONDS over its corpus fuzz/corpus/<name>.

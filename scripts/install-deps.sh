@@ -8,7 +8,8 @@ pkgs=(
   build-essential   # gcc, make, libc headers
   clang             # second compiler, libFuzzer for the fuzz targets
   pkg-config
-  libjansson-dev    # JSON (golden sidecars now; the HTTP API later)
+  libjansson-dev    # JSON: golden sidecars, chat messages, the HTTP API
+  libpcre2-dev      # pre-tokenizer regexes (Unicode classes, look-ahead, JIT)
 )
 if [ "$(uname -s)" = Darwin ]; then
   echo "macOS: install jansson with your package manager (brew install jansson)"

@@ -1,13 +1,40 @@
 /* main.c - the racimo command: dispatches to one subcommand per file. */
+#include "cli.h"
+
 #include <stdio.h>
 #include <string.h>
 
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    { "logits",     cmd_logits,     "compute the logits of token ids with a GGUF model" },
+    { "make-model", cmd_make_model, "write a random-weight GGUF model (tests, benchmarks)" },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: racimo <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n'racimo <command> --help' shows a command's options.\n");
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: racimo <command> [options]\n");
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "racimo: unknown command '%s'\n", argv[1]);
+    usage(stderr);
     return 2;
 }

@@ -85,6 +85,9 @@ typedef struct gguf_file {
     const uint8_t *base;           /* whole file bytes */
     uint64_t    size_bytes;
     void       *map_handle;        /* owned mapping (NULL for gguf_parse) */
+    /* Private to gguf_read.c: keys and tensor names sorted, for look-up. */
+    struct gguf__index *kv_index;
+    struct gguf__index *tensor_index;
 } gguf_file;
 
 /* Hard limits against hostile files (a real file is far below each). */
@@ -94,14 +97,22 @@ typedef struct gguf_file {
 #define GGUF_MAX_ARRAY_DEPTH 8
 
 /* Maps and parses `path`.  On success *out owns the mapping; free with
- * gguf_close.  On failure returns RC_EIO/RC_EFORMAT/RC_EUNSUPPORTED/RC_ENOMEM
- * with a detail like "model.gguf: at byte 24: tensor count 4294967296
- * exceeds the limit 1048576". */
+ * gguf_close.  On failure *out is NULL and the return is
+ *   RC_EIO          the file cannot be opened or mapped (or is a directory),
+ *   RC_EFORMAT      malformed: truncated, bad magic, bad type, inconsistent
+ *                   sizes or offsets, duplicates,
+ *   RC_EUNSUPPORTED a version other than 2 and 3 (1, 4, ...), a big-endian
+ *                   file, an unknown tensor type (the detail names it),
+ *   RC_ELIMIT       a count, string length or nesting depth beyond the
+ *                   GGUF_MAX_* limits,
+ *   RC_ENOMEM,
+ * with a detail like "model.gguf: at byte 8: header: tensor count
+ * 4294967296 exceeds the limit 1048576".  Thread safe (no shared state). */
 int gguf_open(const char *path, gguf_file **out);
 
 /* Parses a GGUF image already in memory.  `data` must outlive the result
  * (nothing is copied but keys and tensor names).  `name` is used in
- * messages. */
+ * messages (NULL: "<memory>").  Errors as gguf_open, without RC_EIO. */
 int gguf_parse(const uint8_t *data, size_t size, const char *name, gguf_file **out);
 
 void gguf_close(gguf_file *f);     /* accepts NULL and half-built files */
@@ -110,9 +121,12 @@ void gguf_close(gguf_file *f);     /* accepts NULL and half-built files */
 const gguf_value *gguf_get(const gguf_file *f, const char *key);
 
 /* Typed getters: 0 on success; RC_ENOTFOUND if absent; RC_EFORMAT (with a
- * detail naming the key) if the stored type does not convert.  Integer getters
- * accept any integer type whose value fits; gguf_get_f32 accepts floats and
- * integers; gguf_get_str returns a pointer into the mapping, not terminated. */
+ * detail naming the key) if the stored type does not convert; RC_ERANGE if
+ * the type converts but the value does not fit (u32 from a negative i32, a
+ * u64 above UINT32_MAX, a float64 beyond the float range).  Integer getters
+ * accept any integer type (not bool) whose value fits; gguf_get_f32 accepts
+ * floats and integers; gguf_get_bool only bool; gguf_get_str returns a
+ * pointer into the mapping, not terminated.  *out is untouched on failure. */
 int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
 int gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);
 int gguf_get_i32(const gguf_file *f, const char *key, int32_t *out);
@@ -123,7 +137,9 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
 /* An array value's element count and type (RC_EFORMAT if not an array). */
 int gguf_get_arr(const gguf_file *f, const char *key, uint32_t *elem_type, uint64_t *n);
 
-/* Element i of a scalar array, converted as the typed getters do. */
+/* Element i of a scalar array, converted as the typed getters do:
+ * RC_EFORMAT if `arr` is not an array of integers (of numbers for f64),
+ * RC_ERANGE if i >= n or the value does not fit an int64. */
 int gguf_arr_i64(const gguf_value *arr, uint64_t i, int64_t *out);
 int gguf_arr_f64(const gguf_value *arr, uint64_t i, double *out);
 
@@ -137,14 +153,16 @@ const char *gguf_vtype_name(uint32_t type);
 typedef struct gguf_writer gguf_writer;
 
 /* Fills `dst` (exactly `size_bytes`) with tensor `index`'s data, in the order
- * tensors were added.  Returns 0, or a negative code to abort the write. */
+ * tensors were added.  Returns 0, or a negative code to abort the write (the
+ * writer returns that code).  A NULL fill writes zeros. */
 typedef int (*gguf_fill_fn)(void *ctx, uint64_t index, void *dst, uint64_t size_bytes);
 
 gguf_writer *gguf_writer_new(void);            /* NULL on out of memory */
 void gguf_writer_free(gguf_writer *w);         /* accepts NULL */
 
 /* Metadata setters: the key is copied; a key set twice keeps the last value
- * at the first position.  All return 0 or RC_ENOMEM. */
+ * at the first position.  All return 0 or RC_ENOMEM (RC_EINVAL for a NULL
+ * key or string). */
 int gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v);
 int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
 int gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
@@ -157,17 +175,26 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *
 int gguf_writer_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
 int gguf_writer_set_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n);
 /* A raw value of any type, for tests of unusual files: `value` is copied
- * deeply (strings and nested arrays included). */
+ * deeply (strings and nested arrays included).  RC_EINVAL for a type number
+ * >= GGUF_VTYPE_COUNT, an array item whose type is not the array's
+ * elem_type, NULL data with a nonzero count, or nesting deeper than 32. */
 int gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *value);
 
 /* Declares a tensor (name copied).  Its size is computed from the type and
- * dims; RC_EINVAL if ne[0] is not a multiple of the type's block size. */
+ * dims; RC_EINVAL if ne[0] is not a multiple of the type's block size, the
+ * type is unknown, n_dims is not 1..4, a dim is negative, the size
+ * overflows, or the name is already used. */
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,
                            uint32_t n_dims, const int64_t *ne);
 
-/* Writes version 3 with `general.alignment` (default 32; set the key first
- * to change it) to `path` (via a temporary file renamed into place).
- * `fill` is called once per tensor in order. */
+/* Writes version 3 to `path` (via `path`.tmp renamed into place, so a
+ * reader never sees half a file; no fsync).  Tensors are placed at multiples
+ * of the alignment: `general.alignment` if set (it must be a uint32 power of
+ * two, else RC_EINVAL), otherwise 32 and the key is not written.  The data
+ * section starts at the first aligned offset after the tensor infos; the file
+ * ends right after the last tensor.  `fill` is called once per tensor in
+ * order.  Returns 0, RC_EIO (detail names the path), RC_ENOMEM, RC_EINVAL or
+ * fill's code.  The writer may be written again afterwards. */
 int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx);
 
 /* Same, into a malloc'd buffer (for tests and fuzz seeds); free with rc_free. */

@@ -4,9 +4,10 @@
  * so they are never renumbered, only appended; removed ggml types stay as
  * comments.  Every type racimo computes with has an entry in the traits
  * table, indexed by the enum.  The entries start as the scalar reference code
- * (quant_ref.c), which is the specification and the test oracle; faster
- * kernels for an instruction set replace the function pointers at start-up
- * (tensor_kernels_init), never the reference functions themselves.
+ * (quant_ref.c, quant_kref.c; the table itself in types.c), which is the
+ * specification and the test oracle; faster kernels for an instruction set
+ * replace the function pointers at start-up (tensor_kernels_init, kernels.c),
+ * never the reference functions themselves.
  *
  * Vocabulary: a row of n elements is n / block_size blocks of block_bytes
  * each.  Every `n` below is a multiple of the type's block_size.
@@ -132,8 +133,16 @@ typedef struct {
 } tensor_traits;
 
 /* The table, indexed by enum tensor_type; entries of types racimo does not
- * know have block_size 0.  Never NULL for 0 <= type < TT_COUNT. */
+ * know have block_size 0.  Never NULL for 0 <= type < TT_COUNT; NULL for
+ * numbers outside.  Works before tensor_kernels_init (it then returns the
+ * reference entries). */
 const tensor_traits *tensor_type_traits(int type);
+
+/* Installs the fastest kernels this CPU runs into the table returned by
+ * tensor_type_traits (today: the reference code).  Call once at start-up,
+ * before other threads use the table; the pointers returned before the call
+ * stay valid (they point to the reference entries). */
+void tensor_kernels_init(void);
 
 /* Reference (scalar) table, unaffected by tensor_kernels_init: tests use it
  * as the oracle for the SIMD entries. */
@@ -142,7 +151,8 @@ const tensor_traits *tensor_type_traits_ref(int type);
 /* 1 if racimo can compute with weights of this type (decode and dot). */
 int tensor_type_supported(int type);
 
-/* Name for messages; "type 77" style for numbers outside the table. */
+/* Name for messages; "type 77" style for numbers outside the table (that
+ * string lives in a per-thread buffer, valid until the thread's next call). */
 const char *tensor_type_name(int type);
 
 /* Type from its name ("q4_k" or "Q4_K"); -1 if unknown. */

@@ -1,0 +1,24 @@
+/* cli.h - the subcommands of the racimo binary and their shared helpers.
+ * Each command is one file cmd_<name>.c with `int cmd_<name>(argc, argv)`
+ * returning the process exit status (0 ok, 1 failure, 2 usage error). */
+#ifndef RC_CLI_H
+#define RC_CLI_H
+
+#include <stdint.h>
+
+int cmd_logits(int argc, char **argv);
+int cmd_make_model(int argc, char **argv);
+
+/* Prints "racimo: <msg>" for the current error detail and returns 1. */
+int cli_error(const char *what);
+
+/* Strict integer parsing: the whole string must be a number in [lo, hi]. */
+int cli_parse_int(const char *s, long lo, long hi, long *out);
+
+/* Parses "1,2,3" into a malloc'd array; returns count, or -1 with a message. */
+int cli_parse_ids(const char *s, int32_t **out);
+
+/* Default thread count: the physical cores. */
+int cli_default_threads(void);
+
+#endif

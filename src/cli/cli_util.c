@@ -1,0 +1,58 @@
+/* cli_util.c - helpers shared by the subcommands. */
+#include "cli.h"
+#include "base/err.h"
+#include "base/mem.h"
+#include "base/os.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int cli_error(const char *what)
+{
+    fprintf(stderr, "racimo: %s%s%s\n", what ? what : "", what ? ": " : "", rc_errmsg());
+    return 1;
+}
+
+int cli_parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_ids(const char *s, int32_t **out)
+{
+    int n = 1, k = 0;
+    for (const char *p = s; *p; p++)
+        n += *p == ',';
+    int32_t *ids = rc_mallocarray((size_t)n, sizeof *ids);
+    if (!ids)
+        return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "racimo: bad token id list at '%s' (want numbers like 1,2,3)\n", p);
+            rc_free(ids);
+            return -1;
+        }
+        ids[k++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (!k) {
+        fprintf(stderr, "racimo: empty token id list\n");
+        rc_free(ids);
+        return -1;
+    }
+    *out = ids;
+    return k;
+}
+
+int cli_default_threads(void) { return os_n_physical_cores(); }

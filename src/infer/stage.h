@@ -1,0 +1,72 @@
+/* stage.h - the forward pass of a transformer over a layer range.
+ *
+ * A stage holds the weights of layers [first, last) of a model (model.h), a
+ * KV cache for those layers, and the work buffers for batches of up to
+ * n_batch rows.  One call evaluates a batch of rows; each row is one token of
+ * one sequence at one position.  The first stage (first == 0) takes token
+ * ids; later stages take the previous stage's hidden states.  The last stage
+ * (last == n_layer) returns logits for the rows that ask for them; the
+ * others return hidden states for every row.  The whole model is the
+ * one-stage case.  Nothing here knows about sockets.
+ *
+ * Rows of a batch may mix sequences (continuous batching) and mix prompt
+ * chunks with single decode steps.  Within a sequence rows must come in
+ * position order with no holes (a row at position p needs 0..p-1 already in
+ * the cache or earlier in the batch).  Nothing is allocated per call.
+ */
+#ifndef RC_STAGE_H
+#define RC_STAGE_H
+
+#include <stdint.h>
+
+#include "kv_cache.h"
+#include "model/model.h"
+#include "tensor/matmul.h"
+#include "tensor/pool.h"
+
+typedef struct {
+    int n_ctx;       /* positions per sequence */
+    int n_seq;       /* sequence slots in the KV cache */
+    int n_batch;     /* most rows per stage_forward call */
+    int n_threads;   /* >= 1 */
+    int precision;   /* MATMUL_FAST (default) or MATMUL_EXACT */
+} stage_params;
+
+typedef struct {
+    int n_rows;
+    const int32_t *token;   /* [n_rows] ids (first stage only) */
+    const int32_t *pos;     /* [n_rows] positions */
+    const int32_t *seq;     /* [n_rows] sequence slots */
+    const int8_t  *logits;  /* [n_rows] nonzero = output this row (last
+                               stage); NULL = every row */
+} stage_batch;
+
+typedef struct stage stage;
+
+/* Builds a stage over a loaded model (which must outlive it).  Allocates the
+ * KV cache and work buffers; RC_ENOMEM/RC_EINVAL with a detail on failure. */
+int  stage_new(const model *m, const stage_params *p, stage **out);
+void stage_free(stage *s);                      /* accepts NULL */
+
+/* Evaluates one batch.
+ *   in:  hidden states [n_rows][n_embd] for a stage with first > 0; ignored
+ *        (may be NULL) for the first stage.
+ *   out: last stage: logits [n_out][n_vocab] for the rows that asked, in
+ *        batch order; other stages: hidden states [n_rows][n_embd].
+ *   *n_out (may be NULL): the number of rows written to out.
+ * Returns 0, or RC_EINVAL (bad token id, position, sequence, batch size)
+ * with the cache unchanged. */
+int stage_forward(stage *s, const stage_batch *b, const float *in, float *out, int *n_out);
+
+/* Forgets positions >= from of sequence `seq` (0 clears it). */
+void stage_seq_truncate(stage *s, int seq, int from);
+
+/* Number of positions sequence `seq` holds. */
+int stage_seq_len(const stage *s, int seq);
+
+const kv_cache *stage_kv(const stage *s);
+const model *stage_model(const stage *s);
+int stage_is_first(const stage *s);
+int stage_is_last(const stage *s);
+
+#endif

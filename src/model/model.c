@@ -1,0 +1,338 @@
+/* model.c - hyperparameters from GGUF metadata and the binding of weight
+ * views for a layer range.
+ *
+ * Metadata keys are "<arch>.<name>" (e.g. "qwen2.embedding_length"); the
+ * architecture table below says which features each architecture has, so
+ * the forward pass branches on features (biases, q/k norm, MoE, rope
+ * layout), never on architecture names.
+ */
+#include "model.h"
+#include "base/err.h"
+#include "base/mem.h"
+#include "tensor/types.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    bool qkv_bias, qk_norm, moe, neox;
+} arch_table[ARCH_COUNT] = {
+    [ARCH_LLAMA]    = { "llama",    false, false, false, false },
+    [ARCH_QWEN2]    = { "qwen2",    true,  false, false, true  },
+    [ARCH_QWEN3]    = { "qwen3",    false, true,  false, true  },
+    [ARCH_QWEN3MOE] = { "qwen3moe", false, true,  true,  true  },
+};
+
+const char *model_arch_name(int arch)
+{
+    return arch >= 0 && arch < ARCH_COUNT ? arch_table[arch].name : "unknown";
+}
+
+/* Reads "<arch>.<suffix>" as u32 into *out; `required` decides whether a
+ * missing key is an error or leaves *out unchanged. */
+static int arch_u32(const gguf_file *f, const char *arch, const char *suffix,
+                    int *out, bool required)
+{
+    char key[128];
+    uint32_t v;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int rc = gguf_get_u32(f, key, &v);
+    if (rc == RC_ENOTFOUND && !required)
+        return 0;
+    if (rc == RC_ENOTFOUND)
+        return rc_fail(RC_EFORMAT, "%s: metadata key '%s' is missing", f->path, key);
+    if (rc)
+        return rc;
+    if (v > (1u << 30))
+        return rc_fail(RC_EFORMAT, "%s: metadata key '%s' = %u is out of range",
+                       f->path, key, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int arch_f32(const gguf_file *f, const char *arch, const char *suffix,
+                    float *out, bool required)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int rc = gguf_get_f32(f, key, out);
+    if (rc == RC_ENOTFOUND && !required)
+        return 0;
+    if (rc == RC_ENOTFOUND)
+        return rc_fail(RC_EFORMAT, "%s: metadata key '%s' is missing", f->path, key);
+    return rc;
+}
+
+int model_read_hparams(const gguf_file *f, model_hparams *hp)
+{
+    gguf_str s;
+    int rc;
+    memset(hp, 0, sizeof *hp);
+    if ((rc = gguf_get_str(f, "general.architecture", &s)) != 0)
+        return rc == RC_ENOTFOUND
+            ? rc_fail(RC_EFORMAT, "%s: metadata key 'general.architecture' is missing", f->path)
+            : rc;
+    if (s.len >= sizeof hp->arch_name)
+        return rc_fail(RC_EUNSUPPORTED, "%s: architecture name too long", f->path);
+    memcpy(hp->arch_name, s.ptr, s.len);
+    hp->arch = -1;
+    for (int a = 0; a < ARCH_COUNT; a++)
+        if (!strcmp(hp->arch_name, arch_table[a].name))
+            hp->arch = a;
+    if (hp->arch < 0)
+        return rc_fail(RC_EUNSUPPORTED,
+                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+                       f->path, hp->arch_name);
+    const char *a = hp->arch_name;
+    hp->has_qkv_bias = arch_table[hp->arch].qkv_bias;
+    hp->has_qk_norm = arch_table[hp->arch].qk_norm;
+    hp->rope_neox = arch_table[hp->arch].neox;
+
+    hp->rope_base = 10000.0f;
+    hp->rope_freq_scale = 1.0f;
+    hp->rms_eps = 1e-5f;
+    hp->n_ctx_train = 4096;
+    if ((rc = arch_u32(f, a, "embedding_length", &hp->n_embd, true)) ||
+        (rc = arch_u32(f, a, "block_count", &hp->n_layer, true)) ||
+        (rc = arch_u32(f, a, "attention.head_count", &hp->n_head, true)) ||
+        (rc = arch_u32(f, a, "context_length", &hp->n_ctx_train, false)) ||
+        (rc = arch_u32(f, a, "feed_forward_length", &hp->n_ff, !arch_table[hp->arch].moe)) ||
+        (rc = arch_f32(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps, true)) ||
+        (rc = arch_f32(f, a, "rope.freq_base", &hp->rope_base, false)))
+        return rc;
+    hp->n_head_kv = hp->n_head;
+    if ((rc = arch_u32(f, a, "attention.head_count_kv", &hp->n_head_kv, false)))
+        return rc_wrap(rc, "(per-layer head counts are not supported) ");
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0)
+        return rc_fail(RC_EFORMAT, "%s: embedding length, block count and head counts must be positive",
+                       f->path);
+    if (hp->n_head % hp->n_head_kv)
+        return rc_fail(RC_EFORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
+                       f->path, hp->n_head, hp->n_head_kv);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if ((rc = arch_u32(f, a, "attention.key_length", &hp->head_dim, false)))
+        return rc;
+    hp->head_dim_v = hp->head_dim;
+    hp->rope_dim = hp->head_dim;
+    if ((rc = arch_u32(f, a, "attention.value_length", &hp->head_dim_v, false)) ||
+        (rc = arch_u32(f, a, "rope.dimension_count", &hp->rope_dim, false)))
+        return rc;
+    if (hp->head_dim <= 0 || hp->head_dim_v <= 0 || hp->rope_dim <= 0 ||
+        hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
+        return rc_fail(RC_EFORMAT, "%s: inconsistent head width %d / value width %d / rope dims %d",
+                       f->path, hp->head_dim, hp->head_dim_v, hp->rope_dim);
+    if (arch_table[hp->arch].moe) {
+        hp->expert_weights_norm = true;
+        if ((rc = arch_u32(f, a, "expert_count", &hp->n_expert, true)) ||
+            (rc = arch_u32(f, a, "expert_used_count", &hp->n_expert_used, true)) ||
+            (rc = arch_u32(f, a, "expert_feed_forward_length", &hp->n_ff_exp, true)))
+            return rc;
+        if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert ||
+            hp->n_ff_exp <= 0)
+            return rc_fail(RC_EFORMAT, "%s: expert counts %d used of %d (width %d) are inconsistent",
+                           f->path, hp->n_expert_used, hp->n_expert, hp->n_ff_exp);
+    } else if (hp->n_ff <= 0) {
+        return rc_fail(RC_EFORMAT, "%s: feed_forward_length must be positive", f->path);
+    }
+
+    /* Linear rope scaling (older Llama-2 fine-tunes); Llama 3.1's scaling
+     * comes as the rope_freqs tensor instead and needs nothing here. */
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    if (gguf_get_str(f, key, &s) == 0 && s.len == 6 && !memcmp(s.ptr, "linear", 6)) {
+        float factor = 1.0f;
+        if ((rc = arch_f32(f, a, "rope.scaling.factor", &factor, false)))
+            return rc;
+        if (!(factor > 0.0f))
+            return rc_fail(RC_EFORMAT, "%s: rope.scaling.factor must be positive", f->path);
+        hp->rope_freq_scale = 1.0f / factor;
+    } else if (gguf_get_str(f, key, &s) == 0 && !(s.len == 4 && !memcmp(s.ptr, "none", 4)) &&
+               !(s.len == 5 && !memcmp(s.ptr, "llama", 5))) {
+        return rc_fail(RC_EUNSUPPORTED, "%s: rope scaling type '%.*s' is not supported",
+                       f->path, (int)s.len, s.ptr);
+    }
+    if (hp->arch == ARCH_LLAMA) {
+        float scale = 1.0f;
+        if ((rc = arch_f32(f, a, "rope.scale_linear", &scale, false)))
+            return rc;
+        if (scale > 0.0f && scale != 1.0f)
+            hp->rope_freq_scale = 1.0f / scale;
+    }
+
+    /* Vocabulary size: the explicit key, else the token list. */
+    hp->n_vocab = 0;
+    if ((rc = arch_u32(f, a, "vocab_size", &hp->n_vocab, false)))
+        return rc;
+    if (!hp->n_vocab) {
+        uint32_t et;
+        uint64_t n;
+        if (gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n) == 0 && n < (1u << 30))
+            hp->n_vocab = (int)n;
+    }
+    return 0;
+}
+
+/* ---- binding tensors ---- */
+
+enum { T_OPTIONAL = 0, T_REQUIRED = 1 };
+enum { K_MATRIX, K_F32 };    /* what the forward pass does with the tensor */
+
+static int bind(model *m, tensor *t, int required, int kind, const char *name,
+                int n_dims, int64_t ne0, int64_t ne1, int64_t ne2)
+{
+    const gguf_file *f = m->file;
+    const gguf_tensor *g = gguf_find_tensor(f, name);
+    memset(t, 0, sizeof *t);
+    if (!g)
+        return required ? rc_fail(RC_EFORMAT, "%s: tensor '%s' is missing", f->path, name) : 0;
+    int64_t want[3] = { ne0, ne1, ne2 };
+    bool ok = (int)g->n_dims <= n_dims;
+    for (int d = 0; d < 3; d++)
+        ok = ok && g->ne[d] == (d < n_dims ? want[d] : 1);
+    if (!ok || g->ne[3] != 1)
+        return rc_fail(RC_EFORMAT,
+                       "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                       f->path, name, (long long)g->ne[0], (long long)g->ne[1],
+                       (long long)g->ne[2], (long long)ne0,
+                       (long long)(n_dims > 1 ? ne1 : 1), (long long)(n_dims > 2 ? ne2 : 1));
+    if (kind == K_F32 && g->type != TT_F32)
+        return rc_fail(RC_EUNSUPPORTED, "%s: tensor '%s' has type %s; racimo expects F32 here",
+                       f->path, name, tensor_type_name((int)g->type));
+    if (kind == K_MATRIX && !tensor_type_supported((int)g->type))
+        return rc_fail(RC_EUNSUPPORTED, "%s: tensor '%s' has type %s, which racimo cannot compute with yet",
+                       f->path, name, tensor_type_name((int)g->type));
+    t->data = g->data;
+    t->type = (int)g->type;
+    t->n_dims = (int)g->n_dims;
+    for (int d = 0; d < 4; d++)
+        t->ne[d] = g->ne[d];
+    t->row_bytes = tensor_row_bytes(t->type, t->ne[0]);
+    t->name = g->name;
+    m->weight_bytes += g->size_bytes;
+    return 0;
+}
+
+static int bind_layer(model *m, int il, layer_weights *L)
+{
+    const model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, H = hp->n_head, Hk = hp->n_head_kv, D = hp->head_dim,
+                  Dv = hp->head_dim_v, F = hp->n_ff, X = hp->n_expert, Fx = hp->n_ff_exp;
+    char n[96];
+    int rc;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
+    if ((rc = bind(m, &L->attn_norm, T_REQUIRED, K_F32, NAME("attn_norm.weight"), 1, E, 1, 1)) ||
+        (rc = bind(m, &L->wq, T_REQUIRED, K_MATRIX, NAME("attn_q.weight"), 2, E, H * D, 1)) ||
+        (rc = bind(m, &L->wk, T_REQUIRED, K_MATRIX, NAME("attn_k.weight"), 2, E, Hk * D, 1)) ||
+        (rc = bind(m, &L->wv, T_REQUIRED, K_MATRIX, NAME("attn_v.weight"), 2, E, Hk * Dv, 1)) ||
+        (rc = bind(m, &L->wo, T_REQUIRED, K_MATRIX, NAME("attn_output.weight"), 2, H * Dv, E, 1)) ||
+        (rc = bind(m, &L->ffn_norm, T_REQUIRED, K_F32, NAME("ffn_norm.weight"), 1, E, 1, 1)))
+        return rc;
+    /* Biases are optional in llama files too (some fine-tunes carry them). */
+    int need_bias = hp->has_qkv_bias ? T_REQUIRED : T_OPTIONAL;
+    if ((rc = bind(m, &L->bq, need_bias, K_F32, NAME("attn_q.bias"), 1, H * D, 1, 1)) ||
+        (rc = bind(m, &L->bk, need_bias, K_F32, NAME("attn_k.bias"), 1, Hk * D, 1, 1)) ||
+        (rc = bind(m, &L->bv, need_bias, K_F32, NAME("attn_v.bias"), 1, Hk * Dv, 1, 1)))
+        return rc;
+    if (hp->has_qk_norm &&
+        ((rc = bind(m, &L->q_norm, T_REQUIRED, K_F32, NAME("attn_q_norm.weight"), 1, D, 1, 1)) ||
+         (rc = bind(m, &L->k_norm, T_REQUIRED, K_F32, NAME("attn_k_norm.weight"), 1, D, 1, 1))))
+        return rc;
+    if (hp->n_expert > 0) {
+        if ((rc = bind(m, &L->gate_inp, T_REQUIRED, K_MATRIX, NAME("ffn_gate_inp.weight"), 2, E, X, 1)) ||
+            (rc = bind(m, &L->gate_exps, T_REQUIRED, K_MATRIX, NAME("ffn_gate_exps.weight"), 3, E, Fx, X)) ||
+            (rc = bind(m, &L->up_exps, T_REQUIRED, K_MATRIX, NAME("ffn_up_exps.weight"), 3, E, Fx, X)) ||
+            (rc = bind(m, &L->down_exps, T_REQUIRED, K_MATRIX, NAME("ffn_down_exps.weight"), 3, Fx, E, X)))
+            return rc;
+    } else {
+        if ((rc = bind(m, &L->w_gate, T_REQUIRED, K_MATRIX, NAME("ffn_gate.weight"), 2, E, F, 1)) ||
+            (rc = bind(m, &L->w_up, T_REQUIRED, K_MATRIX, NAME("ffn_up.weight"), 2, E, F, 1)) ||
+            (rc = bind(m, &L->w_down, T_REQUIRED, K_MATRIX, NAME("ffn_down.weight"), 2, F, E, 1)))
+            return rc;
+    }
+#undef NAME
+    return 0;
+}
+
+int model_load_file(gguf_file *f, int first, int last, model **out)
+{
+    int rc;
+    *out = NULL;
+    model *m = rc_calloc(1, sizeof *m);
+    if (!m) {
+        gguf_close(f);
+        return rc_fail(RC_ENOMEM, "out of memory loading a model");
+    }
+    m->file = f;
+    if ((rc = model_read_hparams(f, &m->hp)))
+        goto fail;
+    model_hparams *hp = &m->hp;
+    if (last < 0)
+        last = hp->n_layer;
+    if (first < 0 || first >= last || last > hp->n_layer) {
+        rc = rc_fail(RC_EINVAL, "%s: layer range [%d, %d) is not within the model's %d layers",
+                     f->path, first, last, hp->n_layer);
+        goto fail;
+    }
+    m->first = first;
+    m->last = last;
+
+    const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    const gguf_tensor *outw = gguf_find_tensor(f, "output.weight");
+    if (!emb) {
+        rc = rc_fail(RC_EFORMAT, "%s: tensor 'token_embd.weight' is missing", f->path);
+        goto fail;
+    }
+    if (!hp->n_vocab)
+        hp->n_vocab = (int)emb->ne[1];
+    hp->tied_output = outw == NULL;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+    bool need_embd = first == 0 || (last == hp->n_layer && hp->tied_output);
+    if (need_embd &&
+        (rc = bind(m, &m->tok_embd, T_REQUIRED, K_MATRIX, "token_embd.weight", 2, E, V, 1)))
+        goto fail;
+    if (last == hp->n_layer) {
+        if ((rc = bind(m, &m->output_norm, T_REQUIRED, K_F32, "output_norm.weight", 1, E, 1, 1)))
+            goto fail;
+        if (hp->tied_output)
+            m->output = m->tok_embd;
+        else if ((rc = bind(m, &m->output, T_REQUIRED, K_MATRIX, "output.weight", 2, E, V, 1)))
+            goto fail;
+    }
+    if ((rc = bind(m, &m->rope_freqs, T_OPTIONAL, K_F32, "rope_freqs.weight", 1,
+                   hp->rope_dim / 2, 1, 1)))
+        goto fail;
+
+    m->layers = rc_calloc((size_t)(last - first), sizeof *m->layers);
+    if (!m->layers) {
+        rc = rc_fail(RC_ENOMEM, "out of memory loading a model");
+        goto fail;
+    }
+    for (int il = first; il < last; il++)
+        if ((rc = bind_layer(m, il, &m->layers[il - first])))
+            goto fail;
+    *out = m;
+    return 0;
+fail:
+    model_free(m);
+    return rc;
+}
+
+int model_load(const char *path, int first, int last, model **out)
+{
+    gguf_file *f;
+    int rc = gguf_open(path, &f);
+    *out = NULL;
+    if (rc)
+        return rc;
+    return model_load_file(f, first, last, out);
+}
+
+void model_free(model *m)
+{
+    if (!m)
+        return;
+    gguf_close(m->file);
+    rc_free(m->layers);
+    rc_free(m);
+}

@@ -1,0 +1,94 @@
+/* model.h - a transformer model's hyperparameters and weight views, read
+ * from a GGUF file, for a range of layers.
+ *
+ * model_load binds only the tensors the layer range [first, last) needs:
+ * its blocks, plus the token embedding when first == 0 and the output norm
+ * and output matrix when last == n_layer (the token embedding doubles as the
+ * output when the file has no output.weight: tied embeddings).  Weights are
+ * views into the file mapping; nothing is copied.  Every tensor's presence,
+ * shape and type is checked at load, so the forward pass never meets a
+ * surprise; errors name the file and the tensor.
+ */
+#ifndef RC_MODEL_H
+#define RC_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "tensor/tensor.h"
+
+enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_COUNT };
+
+typedef struct {
+    int   arch;                  /* enum model_arch */
+    char  arch_name[32];         /* general.architecture */
+    int   n_vocab;
+    int   n_embd;
+    int   n_layer;
+    int   n_head, n_head_kv;
+    int   head_dim;              /* key/query width per head */
+    int   head_dim_v;            /* value width per head */
+    int   n_ff;                  /* dense FFN width (0 for MoE-only) */
+    int   n_expert, n_expert_used, n_ff_exp;
+    bool  expert_weights_norm;   /* renormalise the chosen experts' weights */
+    int   n_ctx_train;
+    float rms_eps;
+    float rope_base;
+    float rope_freq_scale;       /* 1 / linear scaling factor; 1 = none */
+    int   rope_dim;              /* rotated dims per head (<= head_dim) */
+    bool  rope_neox;             /* pairs (i, i+d/2) instead of (2i, 2i+1) */
+    bool  has_qkv_bias, has_qk_norm, tied_output;
+} model_hparams;
+
+/* The weights of one block.  Shapes use model_hparams names:
+ * E = n_embd, H = n_head, Hk = n_head_kv, D = head_dim, Dv = head_dim_v,
+ * F = n_ff, X = n_expert, Fx = n_ff_exp; shapes in GGUF order {ne0, ne1}. */
+typedef struct {
+    tensor attn_norm;   /* {E} f32 */
+    tensor wq;          /* {E, H*D} */
+    tensor wk;          /* {E, Hk*D} */
+    tensor wv;          /* {E, Hk*Dv} */
+    tensor wo;          /* {H*Dv, E} */
+    tensor bq, bk, bv;  /* {H*D}, {Hk*D}, {Hk*Dv} f32 (qwen2) */
+    tensor q_norm;      /* {D} f32 (qwen3) */
+    tensor k_norm;      /* {D} f32 (qwen3) */
+    tensor ffn_norm;    /* {E} f32 */
+    tensor w_gate;      /* {E, F} */
+    tensor w_up;        /* {E, F} */
+    tensor w_down;      /* {F, E} */
+    tensor gate_inp;    /* {E, X} router (MoE) */
+    tensor gate_exps;   /* {E, Fx, X} */
+    tensor up_exps;     /* {E, Fx, X} */
+    tensor down_exps;   /* {Fx, E, X} */
+} layer_weights;
+
+typedef struct {
+    model_hparams hp;
+    gguf_file *file;
+    int first, last;         /* layer range held: [first, last) */
+    tensor tok_embd;         /* {E, n_vocab}; present when first == 0 or tied output */
+    tensor output_norm;      /* {E} f32; present when last == n_layer */
+    tensor output;           /* {E, n_vocab}; == tok_embd view when tied */
+    tensor rope_freqs;       /* {rope_dim/2} f32 frequency divisors, optional */
+    layer_weights *layers;   /* [last - first] */
+    uint64_t weight_bytes;   /* bytes of all bound tensors (once each) */
+} model;
+
+/* Reads hyperparameters from an open file; RC_EUNSUPPORTED for an unknown
+ * architecture, RC_EFORMAT for missing or inconsistent keys. */
+int model_read_hparams(const gguf_file *f, model_hparams *hp);
+
+/* Opens `path` and binds the tensors of layers [first, last); last = -1
+ * means n_layer.  *out is freed with model_free. */
+int model_load(const char *path, int first, int last, model **out);
+
+/* Same on an already open file; the model takes ownership of `f` (also on
+ * failure). */
+int model_load_file(gguf_file *f, int first, int last, model **out);
+
+void model_free(model *m);                       /* accepts NULL */
+
+const char *model_arch_name(int arch);
+
+#endif

@@ -1,0 +1,358 @@
+/* synth.c - random-weight models in GGUF.
+ *
+ * Each tensor's values come from its own random stream (seed mixed with the
+ * tensor's index), so a tensor's bytes do not depend on the order in which
+ * they are generated.  Standard deviations keep activations of order 1 through
+ * many layers (1/sqrt(fan-in)), so greedy decoding has clear winners.
+ *
+ * The vocabulary is byte-level BPE ("gpt2") with the 256 byte symbols first,
+ * filler tokens after, and control tokens last, so a tokenizer can round-trip
+ * any text through it.
+ */
+#include "synth.h"
+#include "gguf.h"
+#include "base/err.h"
+#include "base/mem.h"
+#include "base/rng.h"
+#include "tensor/types.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const synth_params presets_base = {
+    .arch = "llama", .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 8,
+    .n_head_kv = 2, .n_ff = 512, .n_ctx = 2048, .rope_base = 10000.0f,
+    .rms_eps = 1e-5f, .type = TT_F32, .seed = 1,
+};
+
+const char *synth_preset_names(void)
+{
+    return "tiny, tiny-qwen2, tiny-qwen3, tiny-qwen3moe, llama3-1b, qwen2.5-0.5b, llama3-8b";
+}
+
+int synth_preset(const char *name, synth_params *p)
+{
+    *p = presets_base;
+    if (!strcmp(name, "tiny"))
+        return 0;
+    if (!strcmp(name, "tiny-qwen2")) {
+        p->arch = "qwen2"; p->rope_base = 1e6f; p->rms_eps = 1e-6f;
+        return 0;
+    }
+    if (!strcmp(name, "tiny-qwen3")) {
+        p->arch = "qwen3"; p->rope_base = 1e6f; p->rms_eps = 1e-6f; p->tied = true;
+        return 0;
+    }
+    if (!strcmp(name, "tiny-qwen3moe")) {
+        p->arch = "qwen3moe"; p->rope_base = 1e6f; p->rms_eps = 1e-6f;
+        p->n_ff = 0; p->n_expert = 4; p->n_expert_used = 2; p->n_ff_exp = 256;
+        return 0;
+    }
+    if (!strcmp(name, "llama3-1b")) {
+        p->n_vocab = 128256; p->n_embd = 2048; p->n_layer = 16; p->n_head = 32;
+        p->n_head_kv = 8; p->n_ff = 8192; p->n_ctx = 131072; p->rope_base = 500000.0f;
+        p->tied = true; p->rope_freqs = true;
+        return 0;
+    }
+    if (!strcmp(name, "qwen2.5-0.5b")) {
+        p->arch = "qwen2"; p->n_vocab = 151936; p->n_embd = 896; p->n_layer = 24;
+        p->n_head = 14; p->n_head_kv = 2; p->n_ff = 4864; p->n_ctx = 32768;
+        p->rope_base = 1e6f; p->rms_eps = 1e-6f; p->tied = true;
+        return 0;
+    }
+    if (!strcmp(name, "llama3-8b")) {
+        p->n_vocab = 128256; p->n_embd = 4096; p->n_layer = 32; p->n_head = 32;
+        p->n_head_kv = 8; p->n_ff = 14336; p->n_ctx = 131072; p->rope_base = 500000.0f;
+        p->rope_freqs = true;
+        return 0;
+    }
+    return rc_fail(RC_ENOTFOUND, "unknown model preset '%s' (known: %s)", name, synth_preset_names());
+}
+
+/* ---- tensor plan ---- */
+
+enum { INIT_NORMAL, INIT_NORM_WEIGHT, INIT_ROPE_FREQS };
+
+typedef struct {
+    char name[64];
+    int type;
+    int n_dims;
+    int64_t ne[3];
+    int init;
+    float std;
+} synth_tensor;
+
+typedef struct {
+    const synth_params *p;
+    synth_tensor *t;
+    int n;
+    float *row;      /* one row of f32 values before conversion */
+} synth_ctx;
+
+/* llama-quantize's rule for the layers that get more bits in Q4_K_M. */
+static bool more_bits(int il, int n_layer)
+{
+    return il < n_layer / 8 || il >= 7 * n_layer / 8 || (il - n_layer / 8) % 3 == 2;
+}
+
+/* The type a matrix gets: the uniform type, or the mix's choice; K-quants
+ * fall back to 32-wide types when rows are not a multiple of 256. */
+static int pick_type(const synth_params *p, const char *role, int il, int64_t ne0)
+{
+    int t = p->type;
+    if (p->mix && !strcmp(p->mix, "Q4_K_M")) {
+        t = TT_Q4_K;
+        if (!strcmp(role, "output") || (!strcmp(role, "token_embd") && p->tied))
+            t = TT_Q6_K;
+        else if ((!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) && more_bits(il, p->n_layer))
+            t = TT_Q6_K;
+    }
+    const tensor_traits *tt = tensor_type_traits(t);
+    if (ne0 % tt->block_size) {
+        if (t == TT_Q4_K || t == TT_Q5_K) t = TT_Q5_0;
+        else if (t == TT_Q6_K) t = TT_Q8_0;
+        else t = TT_F16;
+        if (ne0 % tensor_type_traits(t)->block_size)
+            t = TT_F32;
+    }
+    return t;
+}
+
+static int plan_add(synth_ctx *c, int cap, const char *name, int type, int n_dims,
+                    int64_t ne0, int64_t ne1, int64_t ne2, int init, float std)
+{
+    if (c->n >= cap)
+        return rc_fail(RC_ELIMIT, "synthetic model: too many tensors");
+    synth_tensor *t = &c->t[c->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->type = type;
+    t->n_dims = n_dims;
+    t->ne[0] = ne0; t->ne[1] = ne1; t->ne[2] = ne2;
+    t->init = init;
+    t->std = std;
+    return 0;
+}
+
+static int plan(synth_ctx *c, int cap)
+{
+    const synth_params *p = c->p;
+    const int64_t E = p->n_embd, H = p->n_head, Hk = p->n_head_kv, V = p->n_vocab;
+    const int64_t D = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    const bool qwen = strncmp(p->arch, "qwen", 4) == 0;
+    const bool qk_norm = !strcmp(p->arch, "qwen3") || !strcmp(p->arch, "qwen3moe");
+    const bool moe = !strcmp(p->arch, "qwen3moe");
+    int rc;
+    char n[64];
+    float s_in = 1.0f / sqrtf((float)E);
+#define ADD_F32(nd, a, b, cc, init, std) (rc = plan_add(c, cap, n, TT_F32, nd, a, b, cc, init, std))
+#define ADD(role, il, nd, a, b, cc, init, std) \
+    (rc = plan_add(c, cap, n, (init) == INIT_NORMAL ? pick_type(p, role, il, a) : TT_F32, \
+                   nd, a, b, cc, init, std))
+    snprintf(n, sizeof n, "token_embd.weight");
+    if (ADD("token_embd", 0, 2, E, V, 1, INIT_NORMAL, p->tied ? 1.0f : 1.0f)) return rc;
+    if (p->rope_freqs) {
+        snprintf(n, sizeof n, "rope_freqs.weight");
+        if (ADD("", 0, 1, D / 2, 1, 1, INIT_ROPE_FREQS, 0)) return rc;
+    }
+    for (int il = 0; il < p->n_layer; il++) {
+#define L(s) snprintf(n, sizeof n, "blk.%d." s, il)
+        L("attn_norm.weight");   if (ADD("", il, 1, E, 1, 1, INIT_NORM_WEIGHT, 0)) return rc;
+        L("attn_q.weight");      if (ADD("attn_q", il, 2, E, H * D, 1, INIT_NORMAL, s_in)) return rc;
+        L("attn_k.weight");      if (ADD("attn_k", il, 2, E, Hk * D, 1, INIT_NORMAL, s_in)) return rc;
+        L("attn_v.weight");      if (ADD("attn_v", il, 2, E, Hk * D, 1, INIT_NORMAL, s_in)) return rc;
+        L("attn_output.weight"); if (ADD("attn_output", il, 2, H * D, E, 1, INIT_NORMAL, 0.5f / sqrtf((float)(H * D)))) return rc;
+        if (qwen && !qk_norm) {
+            L("attn_q.bias"); if (ADD_F32(1, H * D, 1, 1, INIT_NORMAL, 0.1f)) return rc;
+            L("attn_k.bias"); if (ADD_F32(1, Hk * D, 1, 1, INIT_NORMAL, 0.1f)) return rc;
+            L("attn_v.bias"); if (ADD_F32(1, Hk * D, 1, 1, INIT_NORMAL, 0.1f)) return rc;
+        }
+        if (qk_norm) {
+            L("attn_q_norm.weight"); if (ADD("", il, 1, D, 1, 1, INIT_NORM_WEIGHT, 0)) return rc;
+            L("attn_k_norm.weight"); if (ADD("", il, 1, D, 1, 1, INIT_NORM_WEIGHT, 0)) return rc;
+        }
+        L("ffn_norm.weight"); if (ADD("", il, 1, E, 1, 1, INIT_NORM_WEIGHT, 0)) return rc;
+        if (moe) {
+            const int64_t X = p->n_expert, Fx = p->n_ff_exp;
+            L("ffn_gate_inp.weight"); if ((rc = plan_add(c, cap, n, TT_F32, 2, E, X, 1, INIT_NORMAL, 0.5f))) return rc;
+            L("ffn_gate_exps.weight"); if (ADD("ffn_gate", il, 3, E, Fx, X, INIT_NORMAL, s_in)) return rc;
+            L("ffn_up_exps.weight");   if (ADD("ffn_up", il, 3, E, Fx, X, INIT_NORMAL, s_in)) return rc;
+            L("ffn_down_exps.weight"); if (ADD("ffn_down", il, 3, Fx, E, X, INIT_NORMAL, 0.5f / sqrtf((float)Fx))) return rc;
+        } else {
+            const int64_t F = p->n_ff;
+            L("ffn_gate.weight"); if (ADD("ffn_gate", il, 2, E, F, 1, INIT_NORMAL, s_in)) return rc;
+            L("ffn_up.weight");   if (ADD("ffn_up", il, 2, E, F, 1, INIT_NORMAL, s_in)) return rc;
+            L("ffn_down.weight"); if (ADD("ffn_down", il, 2, F, E, 1, INIT_NORMAL, 0.5f / sqrtf((float)F))) return rc;
+        }
+#undef L
+    }
+    snprintf(n, sizeof n, "output_norm.weight");
+    if (ADD("", 0, 1, E, 1, 1, INIT_NORM_WEIGHT, 0)) return rc;
+    if (!p->tied) {
+        snprintf(n, sizeof n, "output.weight");
+        if (ADD("output", 0, 2, E, V, 1, INIT_NORMAL, 2.0f * s_in)) return rc;
+    }
+#undef ADD
+#undef ADD_F32
+    return 0;
+}
+
+static int fill(void *ctx, uint64_t index, void *dst, uint64_t size_bytes)
+{
+    synth_ctx *c = ctx;
+    const synth_tensor *t = &c->t[index];
+    rng_state r;
+    rng_seed(&r, c->p->seed * 0x9e3779b97f4a7c15ull + index + 1);
+    const tensor_traits *tt = tensor_type_traits(t->type);
+    const int64_t n0 = t->ne[0], rows = t->ne[1] * t->ne[2];
+    const size_t rb = tensor_row_bytes(t->type, n0);
+    for (int64_t row = 0; row < rows; row++) {
+        for (int64_t i = 0; i < n0; i++) {
+            switch (t->init) {
+            case INIT_NORM_WEIGHT: c->row[i] = 1.0f + 0.1f * rng_normal(&r); break;
+            case INIT_ROPE_FREQS:  c->row[i] = 1.0f + (float)i / (float)n0 * 7.0f; break;
+            default:               c->row[i] = t->std * rng_normal(&r); break;
+            }
+        }
+        if (t->type == TT_F32)
+            memcpy((uint8_t *)dst + row * rb, c->row, rb);
+        else
+            tt->from_float(c->row, (uint8_t *)dst + row * rb, n0);
+    }
+    (void)size_bytes;
+    return 0;
+}
+
+/* GPT-2's byte-to-unicode map: printable bytes stand for themselves, the
+ * rest are shifted to U+0100 and up, so every token is printable text. */
+static void byte_symbol(int b, char out[4])
+{
+    int cp;
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) {
+        cp = b;
+    } else {
+        int n = 0;
+        for (int x = 0; x < b; x++)
+            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255)))
+                n++;
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp; out[1] = 0;
+    } else {
+        out[0] = (char)(0xc0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3f)); out[2] = 0;
+    }
+}
+
+static int write_vocab(gguf_writer *w, const synth_params *p)
+{
+    const int V = p->n_vocab;
+    int rc = RC_ENOMEM;
+    char **tok = rc_calloc((size_t)V, sizeof *tok);
+    int32_t *types = rc_calloc((size_t)V, sizeof *types);
+    if (!tok || !types)
+        goto done;
+    bool qwen = strncmp(p->arch, "qwen", 4) == 0;
+    int n_special = qwen ? 3 : 2;
+    for (int i = 0; i < V; i++) {
+        char buf[32];
+        if (i < 256 && i < V - n_special) {
+            byte_symbol(i, buf);
+            types[i] = 1;
+        } else if (i >= V - n_special) {
+            static const char *ll[] = { "<|begin_of_text|>", "<|end_of_text|>" };
+            static const char *qw[] = { "<|endoftext|>", "<|im_start|>", "<|im_end|>" };
+            snprintf(buf, sizeof buf, "%s", qwen ? qw[i - (V - n_special)] : ll[i - (V - n_special)]);
+            types[i] = 3;
+        } else {
+            snprintf(buf, sizeof buf, "<|filler_%d|>", i);
+            types[i] = 5;   /* unused */
+        }
+        if (!(tok[i] = rc_strdup(buf)))
+            goto done;
+    }
+    if ((rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2")) ||
+        (rc = gguf_writer_set_str(w, "tokenizer.ggml.pre", qwen ? "qwen2" : "llama-bpe")) ||
+        (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, (uint64_t)V)) ||
+        (rc = gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)V)) ||
+        (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", NULL, 0)) ||
+        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(V - n_special))) ||
+        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(V - 1))))
+        goto done;
+    rc = 0;
+done:
+    if (tok)
+        for (int i = 0; i < V; i++)
+            rc_free(tok[i]);
+    rc_free(tok);
+    rc_free(types);
+    return rc ? (rc == RC_ENOMEM ? rc_fail(rc, "out of memory writing a vocabulary") : rc) : 0;
+}
+
+static size_t max_row(const synth_params *p)
+{
+    int D = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    int m = p->n_embd;
+    if (p->n_ff > m) m = p->n_ff;
+    if (p->n_ff_exp > m) m = p->n_ff_exp;
+    if (p->n_head * D > m) m = p->n_head * D;
+    return (size_t)m;
+}
+
+int synth_write(const char *path, const synth_params *p)
+{
+    synth_ctx c = { .p = p };
+    gguf_writer *w = NULL;
+    int rc, cap = 16 + p->n_layer * 20;
+    char key[128];
+    if (p->n_vocab < 259 || p->n_embd <= 0 || p->n_layer <= 0 || p->n_head <= 0 ||
+        p->n_head_kv <= 0 || p->n_head % p->n_head_kv)
+        return rc_fail(RC_EINVAL, "synthetic model: inconsistent shape (vocab >= 259, heads divisible)");
+    if (!(c.t = rc_calloc((size_t)cap, sizeof *c.t)) || !(w = gguf_writer_new()) ||
+        !(c.row = rc_mallocarray(max_row(p), sizeof(float)))) {
+        rc = rc_fail(RC_ENOMEM, "out of memory writing a synthetic model");
+        goto done;
+    }
+    if ((rc = plan(&c, cap)))
+        goto done;
+    const char *a = p->arch;
+    int D = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+#define SETU(suffix, v) (snprintf(key, sizeof key, "%s." suffix, a), gguf_writer_set_u32(w, key, (uint32_t)(v)))
+#define SETF(suffix, v) (snprintf(key, sizeof key, "%s." suffix, a), gguf_writer_set_f32(w, key, (v)))
+    if ((rc = gguf_writer_set_str(w, "general.architecture", a)) ||
+        (rc = gguf_writer_set_str(w, "general.name", "racimo synthetic")) ||
+        (rc = SETU("context_length", p->n_ctx)) ||
+        (rc = SETU("embedding_length", p->n_embd)) ||
+        (rc = SETU("block_count", p->n_layer)) ||
+        (rc = SETU("attention.head_count", p->n_head)) ||
+        (rc = SETU("attention.head_count_kv", p->n_head_kv)) ||
+        (rc = SETU("attention.key_length", D)) ||
+        (rc = SETU("attention.value_length", D)) ||
+        (rc = SETU("rope.dimension_count", D)) ||
+        (rc = SETU("vocab_size", p->n_vocab)) ||
+        (rc = SETF("rope.freq_base", p->rope_base)) ||
+        (rc = SETF("attention.layer_norm_rms_epsilon", p->rms_eps)))
+        goto done;
+    if (p->n_expert > 0) {
+        if ((rc = SETU("expert_count", p->n_expert)) ||
+            (rc = SETU("expert_used_count", p->n_expert_used)) ||
+            (rc = SETU("expert_feed_forward_length", p->n_ff_exp)))
+            goto done;
+    } else if ((rc = SETU("feed_forward_length", p->n_ff))) {
+        goto done;
+    }
+#undef SETU
+#undef SETF
+    if ((rc = write_vocab(w, p)))
+        goto done;
+    for (int i = 0; i < c.n; i++)
+        if ((rc = gguf_writer_add_tensor(w, c.t[i].name, (uint32_t)c.t[i].type,
+                                         (uint32_t)c.t[i].n_dims, c.t[i].ne)))
+            goto done;
+    rc = gguf_writer_write(w, path, fill, &c);
+done:
+    gguf_writer_free(w);
+    rc_free(c.t);
+    rc_free(c.row);
+    return rc;
+}

@@ -1,0 +1,38 @@
+/* synth.h - synthetic models: GGUF files with random weights at any shape,
+ * for tests and benchmarks (random weights cost the same time as trained
+ * ones).  Written with the project's own GGUF writer and quantisers.
+ */
+#ifndef RC_SYNTH_H
+#define RC_SYNTH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *arch;        /* "llama", "qwen2", "qwen3", "qwen3moe" */
+    int n_vocab, n_embd, n_layer, n_head, n_head_kv;
+    int head_dim;            /* 0 = n_embd / n_head */
+    int n_ff;                /* dense FFN width */
+    int n_expert, n_expert_used, n_ff_exp;   /* qwen3moe */
+    int n_ctx;               /* context_length metadata */
+    float rope_base, rms_eps;
+    bool tied;               /* no output.weight: the embedding is reused */
+    bool rope_freqs;         /* write a Llama-3.1-style rope_freqs tensor */
+    int type;                /* weight type of every matrix (enum tensor_type) */
+    const char *mix;         /* NULL, or "Q4_K_M": llama-quantize's mix */
+    uint64_t seed;
+} synth_params;
+
+/* Fills *p with a named preset: "tiny" (llama, 2 layers, 256 wide),
+ * "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "llama3-1b" (Llama-3.2-1B
+ * shape), "qwen2.5-0.5b", "llama3-8b".  Weights default to F32.
+ * RC_ENOTFOUND for an unknown name. */
+int synth_preset(const char *name, synth_params *p);
+
+/* Lists the preset names, comma-separated, for help texts. */
+const char *synth_preset_names(void);
+
+/* Writes the model to `path`.  The same parameters give the same bytes. */
+int synth_write(const char *path, const synth_params *p);
+
+#endif

@@ -1,0 +1,31 @@
+/* matmul.h - weight matrix times a batch of activation rows.
+ *
+ * Y[r][o] = W[o,:] . X[r,:] for r < n_rows, o < W->ne[1].  X rows have
+ * W->ne[0] floats (stride ldx), Y rows W->ne[1] floats (stride ldy).
+ *
+ * Two precisions:
+ *   MATMUL_EXACT  weights decoded to f32, f32 activations (the reference
+ *                 math, compared with the golden .exact.f32 logits);
+ *   MATMUL_FAST   activations first converted to the weight type's
+ *                 vec_dot_type (Q8_0, Q8_K, F16...) as llama.cpp does, then
+ *                 integer or reduced-precision dot products.
+ * The output rows are split across the pool's threads; results do not depend
+ * on the number of threads (each output is one thread's one dot product).
+ */
+#ifndef RC_MATMUL_H
+#define RC_MATMUL_H
+
+#include "pool.h"
+#include "tensor.h"
+
+enum { MATMUL_FAST = 0, MATMUL_EXACT = 1 };
+
+/* Scratch bytes matmul needs for n_rows of activations against W. */
+size_t matmul_scratch_bytes(const tensor *W, int n_rows, int mode);
+
+/* `scratch` has at least matmul_scratch_bytes(W, n_rows, mode) bytes,
+ * aligned to 64. */
+void matmul(thread_pool *pool, const tensor *W, const float *X, int ldx, int n_rows,
+            float *Y, int ldy, int mode, void *scratch);
+
+#endif
