@@ -8,6 +8,7 @@
 
 int cmd_logits(int argc, char **argv);
 int cmd_make_model(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Prints "racimo: <msg>" for the current error detail and returns 1. */
 int cli_error(const char *what);

@@ -10,6 +10,7 @@ static const struct {
     const char *help;
 } commands[] = {
     { "logits",     cmd_logits,     "compute the logits of token ids with a GGUF model" },
+    { "bench",      cmd_bench,      "measure prompt and generation speed against the bandwidth roof" },
     { "make-model", cmd_make_model, "write a random-weight GGUF model (tests, benchmarks)" },
 };
 

@@ -336,3 +336,30 @@ void model_free(model *m)
     rc_free(m->layers);
     rc_free(m);
 }
+
+static uint64_t tensor_bytes(const tensor *t)
+{
+    return t->data ? (uint64_t)t->row_bytes * (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]) : 0;
+}
+
+uint64_t model_decode_bytes(const model *m)
+{
+    uint64_t total = 0;
+    for (int l = 0; l < m->last - m->first; l++) {
+        const layer_weights *L = &m->layers[l];
+        const tensor *dense[] = { &L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
+                                  &L->bv, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate,
+                                  &L->w_up, &L->w_down, &L->gate_inp };
+        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
+            total += tensor_bytes(dense[i]);
+        uint64_t experts = tensor_bytes(&L->gate_exps) + tensor_bytes(&L->up_exps) +
+                           tensor_bytes(&L->down_exps);
+        if (m->hp.n_expert > 0)
+            total += experts / (uint64_t)m->hp.n_expert * (uint64_t)m->hp.n_expert_used;
+    }
+    if (m->last == m->hp.n_layer)
+        total += tensor_bytes(&m->output) + tensor_bytes(&m->output_norm);
+    if (m->first == 0)
+        total += m->tok_embd.row_bytes;
+    return total;
+}

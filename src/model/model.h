@@ -89,6 +89,12 @@ int model_load_file(gguf_file *f, int first, int last, model **out);
 
 void model_free(model *m);                       /* accepts NULL */
 
+/* Bytes of weights read to generate one token with this layer range: every
+ * matrix of the held layers (for MoE only the share of experts used per
+ * token), the output matrix on the last stage, one embedding row on the
+ * first.  Generation speed is bounded by memory bandwidth / this. */
+uint64_t model_decode_bytes(const model *m);
+
 const char *model_arch_name(int arch);
 
 #endif

@@ -1,0 +1,250 @@
+/* cmd_bench.c - `racimo bench`: prompt-processing and generation speed of a
+ * model on this machine, with the memory-bandwidth roof for generation.
+ *
+ * Method (as llama-bench): pp = one batch of P random tokens from an empty
+ * cache (after --depth tokens of context, if given); tg = N single-token
+ * steps from the same starting point.  Each repetition starts over; the
+ * figures are median, min and max over repetitions.  The roof is the triad
+ * bandwidth divided by the weight bytes read per generated token. */
+#include "cli.h"
+#include "base/err.h"
+#include "base/mem.h"
+#include "base/os.h"
+#include "base/rng.h"
+#include "infer/stage.h"
+#include "tensor/membw.h"
+#include "tensor/types.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: racimo bench -m MODEL [-p 512] [-n 128] [-t N] [--reps 5] [-d DEPTH] [--json]\n"
+        "\n"
+        "  -p N          prompt tokens per prompt-processing run (0 skips)\n"
+        "  -n N          tokens per generation run (0 skips)\n"
+        "  -d, --depth N tokens already in the context before each run (default 0)\n"
+        "  -t N          threads (default: physical cores)\n"
+        "  -b N          prompt batch size (default: min(p, 512))\n"
+        "  --reps N      repetitions (default 5)\n"
+        "  --exact       f32 activations (slow reference path)\n"
+        "  --json        one JSON object on stdout instead of the table\n");
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct { double median, min, max; } spread;
+
+static spread summarize(double *v, int n)
+{
+    spread s = { 0, 0, 0 };
+    if (n <= 0)
+        return s;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    s.min = v[0];
+    s.max = v[n - 1];
+    s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return s;
+}
+
+/* Feeds `n` tokens starting at `pos` in batches of `batch`. */
+static int feed(stage *s, const int32_t *tok, int n, int pos, int batch, int32_t *posbuf,
+                int32_t *seqbuf, int8_t *want, float *logits)
+{
+    for (int start = 0; start < n; start += batch) {
+        int len = n - start < batch ? n - start : batch;
+        for (int i = 0; i < len; i++) {
+            posbuf[i] = pos + start + i;
+            seqbuf[i] = 0;
+            want[i] = i == len - 1;        /* logits of the last row only */
+        }
+        stage_batch b = { .n_rows = len, .token = tok + start, .pos = posbuf, .seq = seqbuf,
+                          .logits = want };
+        if (stage_forward(s, &b, NULL, logits, NULL))
+            return -1;
+    }
+    return 0;
+}
+
+/* The triad runs in a child process: its 384 MiB of arrays would otherwise
+ * count in this process's peak resident memory, which bench reports. */
+static double measure_bandwidth(int threads)
+{
+    int fds[2];
+    double bw = 0.0;
+    if (pipe(fds) != 0)
+        return 0.0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        thread_pool *pool = pool_new(threads);
+        double v = pool ? membw_triad(pool, (size_t)128 << 20, 5) : 0.0;
+        pool_free(pool);
+        ssize_t w = write(fds[1], &v, sizeof v);
+        _exit(w == (ssize_t)sizeof v ? 0 : 1);
+    }
+    close(fds[1]);
+    if (pid > 0) {
+        if (read(fds[0], &bw, sizeof bw) != (ssize_t)sizeof bw)
+            bw = 0.0;
+        waitpid(pid, NULL, 0);
+    }
+    close(fds[0]);
+    return bw;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *path = NULL;
+    long p = 512, n = 128, reps = 5, depth = 0, batch = 0, threads = cli_default_threads();
+    int json = 0, exact = 0, rc = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        long *num = NULL, lo = 0, hi = 1 << 20;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) { path = argv[++i]; continue; }
+        else if (!strcmp(a, "--json")) { json = 1; continue; }
+        else if (!strcmp(a, "--exact")) { exact = 1; continue; }
+        else if (!strcmp(a, "-p")) num = &p;
+        else if (!strcmp(a, "-n")) num = &n;
+        else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) num = &depth;
+        else if (!strcmp(a, "-b")) { num = &batch; lo = 1; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { num = &threads; lo = 1; hi = 512; }
+        else if (!strcmp(a, "--reps")) { num = &reps; lo = 1; hi = 1000; }
+        if (!num || !has || cli_parse_int(argv[++i], lo, hi, num)) {
+            fprintf(stderr, "racimo: bench: unknown, incomplete or invalid option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!path) {
+        usage(stderr);
+        return 2;
+    }
+    if (!batch)
+        batch = p > 0 ? (p < 512 ? p : 512) : 1;
+
+    tensor_kernels_init();
+    double bw = measure_bandwidth((int)threads);
+
+    model *m = NULL;
+    stage *s = NULL;
+    int32_t *tok = NULL, *posbuf = NULL, *seqbuf = NULL;
+    int8_t *want = NULL;
+    float *logits = NULL;
+    double *pp_rate = NULL, *tg_rate = NULL;
+    uint64_t t0 = os_now_ns();
+    if (model_load(path, 0, -1, &m)) {
+        rc = cli_error(NULL);
+        goto done;
+    }
+    /* Touch every weight page once so load time includes reading the file
+     * and the first repetition is not a cold-cache outlier. */
+    {
+        volatile uint8_t sink = 0;
+        const gguf_file *f = m->file;
+        for (uint64_t off = f->data_offset; off < f->size_bytes; off += 4096)
+            sink ^= f->base[off];
+        (void)sink;
+    }
+    double load_s = (double)(os_now_ns() - t0) * 1e-9;
+    int ctx = (int)(depth + (p > n ? p : n) + 1);
+    stage_params sp = { .n_ctx = ctx, .n_seq = 1, .n_batch = (int)batch, .n_threads = (int)threads,
+                        .precision = exact ? MATMUL_EXACT : MATMUL_FAST };
+    if (stage_new(m, &sp, &s)) {
+        rc = cli_error(NULL);
+        goto done;
+    }
+    const int V = m->hp.n_vocab;
+    size_t n_tok = (size_t)(depth + (p > n ? p : n) + 1);
+    tok = rc_mallocarray(n_tok, sizeof *tok);
+    posbuf = rc_mallocarray((size_t)batch, sizeof *posbuf);
+    seqbuf = rc_mallocarray((size_t)batch, sizeof *seqbuf);
+    want = rc_mallocarray((size_t)batch, sizeof *want);
+    logits = rc_mallocarray((size_t)V, sizeof *logits);
+    pp_rate = rc_calloc((size_t)reps, sizeof *pp_rate);
+    tg_rate = rc_calloc((size_t)reps, sizeof *tg_rate);
+    if (!tok || !posbuf || !seqbuf || !want || !logits || !pp_rate || !tg_rate) {
+        fprintf(stderr, "racimo: bench: out of memory\n");
+        goto done;
+    }
+    rng_state r;
+    rng_seed(&r, 1234);
+    for (size_t i = 0; i < n_tok; i++)
+        tok[i] = (int32_t)(rng_next(&r) % (uint64_t)V);
+
+    for (int rep = 0; rep < reps; rep++) {
+        if (p > 0) {
+            stage_seq_truncate(s, 0, 0);
+            if (depth && feed(s, tok, (int)depth, 0, (int)batch, posbuf, seqbuf, want, logits))
+                goto fail;
+            uint64_t a = os_now_ns();
+            if (feed(s, tok + depth, (int)p, (int)depth, (int)batch, posbuf, seqbuf, want, logits))
+                goto fail;
+            pp_rate[rep] = (double)p / ((double)(os_now_ns() - a) * 1e-9);
+        }
+        if (n > 0) {
+            stage_seq_truncate(s, 0, 0);
+            if (depth && feed(s, tok, (int)depth, 0, (int)batch, posbuf, seqbuf, want, logits))
+                goto fail;
+            uint64_t a = os_now_ns();
+            for (int k = 0; k < n; k++)
+                if (feed(s, tok + depth + k, 1, (int)depth + k, 1, posbuf, seqbuf, want, logits))
+                    goto fail;
+            tg_rate[rep] = (double)n / ((double)(os_now_ns() - a) * 1e-9);
+        }
+    }
+    spread pp = summarize(pp_rate, p > 0 ? (int)reps : 0);
+    spread tg = summarize(tg_rate, n > 0 ? (int)reps : 0);
+    uint64_t per_tok = model_decode_bytes(m);
+    double roof = bw > 0 ? bw / (double)per_tok : 0.0;
+    double rss = (double)os_peak_rss_bytes();
+    const gguf_file *f = m->file;
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (json) {
+        printf("{\"model\": \"%s\", \"model_bytes\": %llu, \"threads\": %ld, \"depth\": %ld, "
+               "\"prompt_tokens\": %ld, \"gen_tokens\": %ld, \"reps\": %ld, "
+               "\"pp_tokens_per_s\": %.3f, \"pp_tokens_per_s_min\": %.3f, \"pp_tokens_per_s_max\": %.3f, "
+               "\"tg_tokens_per_s\": %.3f, \"tg_tokens_per_s_min\": %.3f, \"tg_tokens_per_s_max\": %.3f, "
+               "\"load_s\": %.3f, \"peak_rss_bytes\": %.0f, \"kv_cache_bytes\": %zu, "
+               "\"mem_bandwidth_bytes_per_s\": %.0f, \"weight_bytes_per_token\": %llu, "
+               "\"tg_roof_tokens_per_s\": %.3f, \"tg_fraction_of_roof\": %.4f}\n",
+               name, (unsigned long long)f->size_bytes, threads, depth, p, n, reps,
+               pp.median, pp.min, pp.max, tg.median, tg.min, tg.max, load_s, rss,
+               kv_cache_bytes(stage_kv(s)), bw, (unsigned long long)per_tok, roof,
+               roof > 0 ? tg.median / roof : 0.0);
+    } else {
+        printf("model %s (%.1f MiB, %s, %d layers), %ld threads, depth %ld\n", name,
+               (double)f->size_bytes / 1048576.0, m->hp.arch_name, m->hp.n_layer, threads, depth);
+        if (p > 0)
+            printf("pp%-5ld %9.2f tokens/s  (min %.2f, max %.2f, %ld reps)\n", p, pp.median, pp.min,
+                   pp.max, reps);
+        if (n > 0)
+            printf("tg%-5ld %9.2f tokens/s  (min %.2f, max %.2f, %ld reps)\n", n, tg.median, tg.min,
+                   tg.max, reps);
+        printf("load %.2f s, peak resident %.1f MiB (KV cache %.1f MiB)\n", load_s, rss / 1048576.0,
+               (double)kv_cache_bytes(stage_kv(s)) / 1048576.0);
+        printf("memory bandwidth %.2f GB/s (triad); %.1f MiB of weights per token; "
+               "roof %.2f tokens/s; generation at %.0f%% of roof\n", bw / 1e9,
+               (double)per_tok / 1048576.0, roof, roof > 0 ? 100.0 * tg.median / roof : 0.0);
+    }
+    rc = 0;
+    goto done;
+fail:
+    rc = cli_error("bench");
+done:
+    stage_free(s);
+    model_free(m);
+    rc_free(tok); rc_free(posbuf); rc_free(seqbuf); rc_free(want); rc_free(logits);
+    rc_free(pp_rate); rc_free(tg_rate);
+    return rc;
+}
