@@ -42,6 +42,10 @@ const char *test_golden_dir(void)
     return path;
 }
 
+/* LeakSanitizer's check, when the build has it: a test ends with _exit,
+ * which skips the check LSan would run at exit. */
+int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+
 static int cmp_name(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -69,6 +73,10 @@ static int run_one(int idx, double scale)
         alarm((unsigned)(tests[idx].timeout_s * scale + 0.5));
         tests[idx].fn();
         fflush(NULL);
+        if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check()) {
+            fprintf(stderr, "  memory leaked (LeakSanitizer report above)\n");
+            _exit(1);
+        }
         _exit(0);
     }
     int status = 0;

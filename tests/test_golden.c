@@ -27,7 +27,7 @@
 
 typedef struct {
     char name[128];
-    char gguf[1024], ref_path[1024], exact_path[1024];
+    char gguf[2400], ref_path[2400], exact_path[2400];
     const char *dtype;
     int prompt[NP], decode[NP], exact_greedy[NP];
     double native_vs_exact_max, native_vs_exact_rms;
