@@ -36,7 +36,7 @@ int cmd_make_model(int argc, char **argv)
         else if (!strcmp(a, "--type") && has) type = argv[++i];
         else if (!strcmp(a, "-o") && has) out = argv[++i];
         else if (!strcmp(a, "--layers") && has && !cli_parse_int(argv[i + 1], 1, 4096, &layers)) i++;
-        else if (!strcmp(a, "--vocab") && has && !cli_parse_int(argv[i + 1], 259, 1 << 24, &vocab)) i++;
+        else if (!strcmp(a, "--vocab") && has && !cli_parse_int(argv[i + 1], 300, 1 << 24, &vocab)) i++;
         else if (!strcmp(a, "--seed") && has && !cli_parse_int(argv[i + 1], 0, 1L << 62, &seed)) i++;
         else {
             fprintf(stderr, "racimo: make-model: unknown, incomplete or invalid option '%s'\n", a);

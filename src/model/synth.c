@@ -6,8 +6,9 @@
  * many layers (1/sqrt(fan-in)), so greedy decoding has clear winners.
  *
  * The vocabulary is byte-level BPE ("gpt2") with the 256 byte symbols first,
- * filler tokens after, and control tokens last, so a tokenizer can round-trip
- * any text through it.
+ * then ~100 merged tokens of a small English-like BPE, filler tokens after,
+ * and control tokens last (with a chat template that uses them), so any text
+ * round-trips and chat commands work as with a real model.
  */
 #include "synth.h"
 #include "gguf.h"
@@ -244,25 +245,81 @@ static void byte_symbol(int b, char out[4])
     }
 }
 
+/* Chat templates written into synthetic models, so chat commands render the
+ * model's own template as they would for a real one. */
+static const char llama_template[] =
+    "{{- bos_token -}}"
+    "{%- for m in messages -%}"
+    "{{- '<|start_header_id|>' + m['role'] + '<|end_header_id|>\n\n' + m['content'] | trim + '<|eot_id|>' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}{%- endif -%}";
+static const char chatml_template[] =
+    "{%- for m in messages -%}"
+    "{{- '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}";
+
+/* Merges of a small English-like BPE: space+letter, common letter pairs,
+ * then space+pair.  Each merge's parts are tokens already in the list. */
+static int build_merges(char **tok, int first, int limit, char **merges, int *n_merges)
+{
+    static const char letters[] = "etaoinshrdlucmfwypvbgkjqxz";
+    static const char *pairs[] = { "th", "he", "in", "er", "an", "re", "on", "at", "en", "nd",
+                                   "ti", "es", "or", "te", "of", "ed", "is", "it", "al", "ar",
+                                   "st", "to", "nt", "ng", "se", "ha", "as", "ou", "io", "le",
+                                   "ve", "co", "me", "de", "hi", "ri", "ro", "ic", "ne", "ea" };
+    const char *sp = "\xc4\xa0";          /* U+0120, GPT-2's symbol for a space */
+    int n = 0, id = first;
+    char left[16], right[16], merged[40];
+    for (int stage = 0; stage < 3; stage++) {
+        int count = stage == 0 ? 26 : 40;
+        for (int k = 0; k < count && id < limit; k++) {
+            if (stage == 0) {
+                snprintf(left, sizeof left, "%s", sp);
+                snprintf(right, sizeof right, "%c", letters[k]);
+            } else if (stage == 1) {
+                snprintf(left, sizeof left, "%c", pairs[k][0]);
+                snprintf(right, sizeof right, "%c", pairs[k][1]);
+            } else {
+                snprintf(left, sizeof left, "%s%c", sp, pairs[k][0]);
+                snprintf(right, sizeof right, "%c", pairs[k][1]);
+            }
+            snprintf(merged, sizeof merged, "%s%s", left, right);
+            char buf[40];
+            snprintf(buf, sizeof buf, "%s %s", left, right);
+            rc_free(tok[id]);
+            if (!(tok[id] = rc_strdup(merged)) || !(merges[n] = rc_strdup(buf)))
+                return RC_ENOMEM;
+            n++;
+            id++;
+        }
+    }
+    *n_merges = n;
+    return 0;
+}
+
 static int write_vocab(gguf_writer *w, const synth_params *p)
 {
     const int V = p->n_vocab;
-    int rc = RC_ENOMEM;
-    char **tok = rc_calloc((size_t)V, sizeof *tok);
-    int32_t *types = rc_calloc((size_t)V, sizeof *types);
-    if (!tok || !types)
-        goto done;
+    int rc = RC_ENOMEM, n_merges = 0;
     bool qwen = strncmp(p->arch, "qwen", 4) == 0;
-    int n_special = qwen ? 3 : 2;
+    static const char *ll[] = { "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                "<|end_header_id|>", "<|eot_id|>" };
+    static const char *qw[] = { "<|endoftext|>", "<|im_start|>", "<|im_end|>" };
+    const char **special = qwen ? qw : ll;
+    const int n_special = qwen ? 3 : 5;
+    char **tok = rc_calloc((size_t)V, sizeof *tok);
+    char **merges = rc_calloc(256, sizeof *merges);
+    int32_t *types = rc_calloc((size_t)V, sizeof *types);
+    if (!tok || !types || !merges)
+        goto done;
     for (int i = 0; i < V; i++) {
         char buf[32];
-        if (i < 256 && i < V - n_special) {
+        if (i < 256) {
             byte_symbol(i, buf);
             types[i] = 1;
         } else if (i >= V - n_special) {
-            static const char *ll[] = { "<|begin_of_text|>", "<|end_of_text|>" };
-            static const char *qw[] = { "<|endoftext|>", "<|im_start|>", "<|im_end|>" };
-            snprintf(buf, sizeof buf, "%s", qwen ? qw[i - (V - n_special)] : ll[i - (V - n_special)]);
+            snprintf(buf, sizeof buf, "%s", special[i - (V - n_special)]);
             types[i] = 3;
         } else {
             snprintf(buf, sizeof buf, "<|filler_%d|>", i);
@@ -271,20 +328,33 @@ static int write_vocab(gguf_writer *w, const synth_params *p)
         if (!(tok[i] = rc_strdup(buf)))
             goto done;
     }
+    if ((rc = build_merges(tok, 256, V - n_special, merges, &n_merges)))
+        goto done;
+    for (int i = 256; i < 256 + n_merges; i++)
+        types[i] = 1;
+    int32_t bos = qwen ? V - 3 : V - 5, eos = qwen ? V - 1 : V - 4;
     if ((rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2")) ||
         (rc = gguf_writer_set_str(w, "tokenizer.ggml.pre", qwen ? "qwen2" : "llama-bpe")) ||
         (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, (uint64_t)V)) ||
         (rc = gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)V)) ||
-        (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", NULL, 0)) ||
-        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(V - n_special))) ||
-        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(V - 1))))
+        (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges,
+                                      (uint64_t)n_merges)) ||
+        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos)) ||
+        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos)) ||
+        (rc = gguf_writer_set_str(w, "tokenizer.chat_template", qwen ? chatml_template : llama_template)))
+        goto done;
+    if (!qwen && (rc = gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)(V - 1))))
         goto done;
     rc = 0;
 done:
     if (tok)
         for (int i = 0; i < V; i++)
             rc_free(tok[i]);
+    if (merges)
+        for (int i = 0; i < 256; i++)
+            rc_free(merges[i]);
     rc_free(tok);
+    rc_free(merges);
     rc_free(types);
     return rc ? (rc == RC_ENOMEM ? rc_fail(rc, "out of memory writing a vocabulary") : rc) : 0;
 }
@@ -305,9 +375,9 @@ int synth_write(const char *path, const synth_params *p)
     gguf_writer *w = NULL;
     int rc, cap = 16 + p->n_layer * 20;
     char key[128];
-    if (p->n_vocab < 259 || p->n_embd <= 0 || p->n_layer <= 0 || p->n_head <= 0 ||
+    if (p->n_vocab < 300 || p->n_embd <= 0 || p->n_layer <= 0 || p->n_head <= 0 ||
         p->n_head_kv <= 0 || p->n_head % p->n_head_kv)
-        return rc_fail(RC_EINVAL, "synthetic model: inconsistent shape (vocab >= 259, heads divisible)");
+        return rc_fail(RC_EINVAL, "synthetic model: inconsistent shape (vocab >= 300, heads divisible)");
     if (!(c.t = rc_calloc((size_t)cap, sizeof *c.t)) || !(w = gguf_writer_new()) ||
         !(c.row = rc_mallocarray(max_row(p), sizeof(float)))) {
         rc = rc_fail(RC_ENOMEM, "out of memory writing a synthetic model");
