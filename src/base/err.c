@@ -29,14 +29,18 @@ int rc_fail(int code, const char *fmt, ...)
 
 int rc_wrap(int code, const char *fmt, ...)
 {
-    char prefix[512], old[sizeof detail];
+    char old[sizeof detail];
     va_list ap;
+    snprintf(old, sizeof old, "%s", detail[0] ? detail : rc_strerror(code));
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    memcpy(old, detail[0] ? detail : rc_strerror(code), sizeof old);
-    old[sizeof old - 1] = '\0';
-    snprintf(detail, sizeof detail, "%s%s", prefix, old);
+    /* The prefix first, then as much of the old detail as fits. */
+    if (n >= 0 && (size_t)n < sizeof detail) {
+        size_t room = sizeof detail - (size_t)n - 1, len = strnlen(old, room);
+        memcpy(detail + n, old, len);
+        detail[(size_t)n + len] = '\0';
+    }
     return code;
 }
 
