@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "base/rng.h"
 #include "tensor/types.h"
+#include "model/synth.h"
 
 #define N_TOK 24
 
@@ -51,9 +52,32 @@ static cmp_stats compare(const float *a, const double *ref, int rows, int V)
 
 /* Exact mode must match the f64 oracle to f32 rounding; fast mode within
  * the error that quantised activations bring. */
+static void check_path_against_ref(const char *path, const char *preset, int type, const char *mix);
+
 static void check_against_ref(const char *preset, int type, const char *mix)
 {
-    const char *path = test_make_model(preset, type, mix);
+    check_path_against_ref(test_make_model(preset, type, mix), preset, type, mix);
+}
+
+/* Llama 3.1-style rope scaling (rope_freqs tensor) and linear scaling. */
+TEST(infer_ref_llama_rope_scaling)
+{
+    synth_params p;
+    char path[1024];
+    CHECK_OK(synth_preset("tiny", &p));
+    p.rope_freqs = true;
+    p.rope_base = 500000.0f;
+    snprintf(path, sizeof path, "%s/rope.gguf", test_tmpdir());
+    CHECK_OK(synth_write(path, &p));
+    model *m;
+    CHECK_OK(model_load(path, 0, -1, &m));
+    CHECK(m->rope_freqs.data != NULL);
+    model_free(m);
+    check_path_against_ref(path, "tiny+rope_freqs", TT_F32, NULL);
+}
+
+static void check_path_against_ref(const char *path, const char *preset, int type, const char *mix)
+{
     model *m;
     stage *s;
     int32_t tok[N_TOK];
