@@ -1,0 +1,446 @@
+/* engine.c - the continuous-batching scheduler over one stage.
+ *
+ * A slot is one sequence of the KV cache.  Its life: free (maybe holding a
+ * finished conversation's tokens for prefix reuse) -> prefill (prompt rows
+ * still to evaluate) -> decode (one row per step: the token sampled last
+ * step) -> free.  Every step builds one batch: all decode rows first (they
+ * are latency-bound, one token each), then prompt chunks while rows remain.
+ * A row asks for logits only where a token must be sampled: a decode row, or
+ * the last prompt row of a sequence.
+ *
+ * Locking: the queue and the counters are guarded by `mu`; slots are touched
+ * only by the engine thread.
+ */
+#include "engine.h"
+#include "stop.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/os.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_LOGPROBS 20
+
+typedef struct {
+    int id;
+    gen_request *req;
+    int32_t *tokens;         /* [n_ctx] tokens whose K/V the cache holds */
+    int n_tokens;
+    int n_fed;               /* prompt tokens evaluated (cached ones included) */
+    int32_t pending;         /* sampled token still to evaluate, or -1 */
+    sampler *smp;
+    stop_matcher *stop;
+    tok_stream ts;
+    gen_result res;
+    uint64_t t_start, t_prompt_done, last_used;
+    int32_t top_ids[MAX_LOGPROBS];
+    float top_lp[MAX_LOGPROBS];
+} slot;
+
+struct engine {
+    const model *m;
+    const tokenizer *tok;
+    engine_params p;
+    stage *st;
+    slot *slots;
+    /* one batch */
+    int32_t *b_tok, *b_pos, *b_seq;
+    int8_t *b_want;
+    int *out_slot;           /* [n_seq] slot of each logits row */
+    float *logits;           /* [n_seq][n_vocab] */
+    char *text;              /* stream decoder output */
+    size_t text_cap;
+    uint64_t clock;
+    /* shared */
+    pthread_mutex_t mu;
+    gen_request *queue_head, *queue_tail;
+    int n_queued;
+    engine_stats stats;
+};
+
+const char *gen_finish_name(int finish)
+{
+    static const char *names[] = { "running", "stop", "length", "cancelled", "error" };
+    return finish >= 0 && finish <= GEN_ERROR ? names[finish] : "unknown";
+}
+
+int engine_new(const model *m, const tokenizer *tok, const engine_params *p, engine **out)
+{
+    *out = NULL;
+    if (m->first != 0 || m->last != m->hp.n_layer)
+        return rc_fail(RC_EINVAL, "an engine needs the whole model, not layers [%d, %d)",
+                       m->first, m->last);
+    if (p->n_seq <= 0 || p->n_ctx <= 0 || p->n_batch <= 0)
+        return rc_fail(RC_EINVAL, "engine: sequences, context and batch must be positive");
+    engine *e = rc_calloc(1, sizeof *e);
+    if (!e)
+        return rc_fail(RC_ENOMEM, "out of memory creating an engine");
+    e->m = m;
+    e->tok = tok;
+    e->p = *p;
+    pthread_mutex_init(&e->mu, NULL);
+    int rc;
+    stage_params sp = { .n_ctx = p->n_ctx, .n_seq = p->n_seq, .n_batch = p->n_batch,
+                        .n_threads = p->n_threads, .precision = p->precision };
+    if ((rc = stage_new(m, &sp, &e->st)))
+        goto fail;
+    const size_t V = (size_t)m->hp.n_vocab, B = (size_t)p->n_batch, S = (size_t)p->n_seq;
+    e->text_cap = TOK_STREAM_OUT_MAX(tok);
+    e->slots = rc_calloc(S, sizeof *e->slots);
+    e->b_tok = rc_calloc(B, sizeof(int32_t));
+    e->b_pos = rc_calloc(B, sizeof(int32_t));
+    e->b_seq = rc_calloc(B, sizeof(int32_t));
+    e->b_want = rc_calloc(B, 1);
+    e->out_slot = rc_calloc(S, sizeof(int));
+    e->logits = rc_calloc(S * V, sizeof(float));
+    e->text = rc_malloc(e->text_cap);
+    if (!e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->out_slot ||
+        !e->logits || !e->text) {
+        rc = rc_fail(RC_ENOMEM, "out of memory for the engine's buffers");
+        goto fail;
+    }
+    for (int i = 0; i < p->n_seq; i++) {
+        e->slots[i].id = i;
+        e->slots[i].pending = -1;
+        if (!(e->slots[i].tokens = rc_calloc((size_t)p->n_ctx, sizeof(int32_t)))) {
+            rc = rc_fail(RC_ENOMEM, "out of memory for the engine's slots");
+            goto fail;
+        }
+    }
+    e->stats.n_slots = p->n_seq;
+    e->stats.kv_total = p->n_ctx * p->n_seq;
+    *out = e;
+    return 0;
+fail:
+    engine_free(e);
+    return rc;
+}
+
+static void finish(engine *e, slot *s, int reason, const char *error);
+
+void engine_free(engine *e)
+{
+    if (!e)
+        return;
+    if (e->slots)
+        for (int i = 0; i < e->p.n_seq; i++) {
+            if (e->slots[i].req)
+                finish(e, &e->slots[i], GEN_CANCELLED, NULL);
+            rc_free(e->slots[i].tokens);
+        }
+    for (gen_request *r = e->queue_head, *next; r; r = next) {
+        next = r->next;
+        gen_result res = { .finish = GEN_CANCELLED, .n_prompt = r->n_prompt };
+        r->on_done(r, &res);
+    }
+    stage_free(e->st);
+    rc_free(e->slots);
+    rc_free(e->b_tok); rc_free(e->b_pos); rc_free(e->b_seq); rc_free(e->b_want);
+    rc_free(e->out_slot); rc_free(e->logits); rc_free(e->text);
+    pthread_mutex_destroy(&e->mu);
+    rc_free(e);
+}
+
+int engine_submit(engine *e, gen_request *r)
+{
+    if (r->n_prompt <= 0)
+        return rc_fail(RC_EINVAL, "the prompt is empty");
+    if (r->n_prompt >= e->p.n_ctx)
+        return rc_fail(RC_EINVAL, "the prompt has %d tokens; the context holds %d (%d too many, "
+                       "leaving room for one generated token)",
+                       r->n_prompt, e->p.n_ctx, r->n_prompt - e->p.n_ctx + 1);
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->m->hp.n_vocab)
+            return rc_fail(RC_EINVAL, "prompt token %d has id %d, outside the vocabulary of %d",
+                           i, r->prompt[i], e->m->hp.n_vocab);
+    if (r->n_logprobs < 0 || r->n_logprobs > MAX_LOGPROBS)
+        return rc_fail(RC_EINVAL, "top logprobs must be between 0 and %d", MAX_LOGPROBS);
+    pthread_mutex_lock(&e->mu);
+    int free_slots = 0;
+    for (int i = 0; i < e->p.n_seq; i++)
+        free_slots += e->slots[i].req == NULL;
+    if (e->n_queued >= e->p.max_queue + free_slots) {
+        pthread_mutex_unlock(&e->mu);
+        return rc_fail(RC_ELIMIT, "the server is busy: %d requests are waiting", e->n_queued);
+    }
+    r->next = NULL;
+    r->t_submit_ns = os_now_ns();
+    if (e->queue_tail)
+        e->queue_tail->next = r;
+    else
+        e->queue_head = r;
+    e->queue_tail = r;
+    e->n_queued++;
+    e->stats.n_queued = e->n_queued;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+static void emit(slot *s, const char *text, size_t len)
+{
+    if (len && s->req->on_text)
+        s->req->on_text(s->req, text, len);
+}
+
+/* Passes decoded text through the stop matcher; 1 if a stop string hit. */
+static int push_text(slot *s, const char *text, size_t len)
+{
+    const char *out;
+    size_t n;
+    int hit = s->stop ? stop_push(s->stop, text, len, &out, &n) : 0;
+    if (!s->stop) {
+        out = text;
+        n = len;
+    }
+    emit(s, out, n);
+    return hit == 1;
+}
+
+static void finish(engine *e, slot *s, int reason, const char *error)
+{
+    gen_request *r = s->req;
+    if (reason != GEN_ERROR && reason != GEN_CANCELLED && !(s->stop && stop_matched(s->stop) >= 0)) {
+        int n = tok_stream_flush(&s->ts, e->text, e->text_cap);
+        if (n > 0 && push_text(s, e->text, (size_t)n))
+            reason = GEN_STOP;
+        if (s->stop && stop_matched(s->stop) < 0) {
+            const char *out;
+            size_t len;
+            stop_flush(s->stop, &out, &len);
+            emit(s, out, len);
+        }
+    }
+    uint64_t now = os_now_ns();
+    s->res.finish = reason;
+    if (error)
+        snprintf(s->res.error, sizeof s->res.error, "%s", error);
+    s->res.t_queue_s = (double)(s->t_start - r->t_submit_ns) * 1e-9;
+    if (s->t_prompt_done) {
+        s->res.t_prompt_s = (double)(s->t_prompt_done - s->t_start) * 1e-9;
+        s->res.t_gen_s = (double)(now - s->t_prompt_done) * 1e-9;
+    } else {
+        s->res.t_prompt_s = (double)(now - s->t_start) * 1e-9;
+    }
+    s->res.seed = s->smp ? sampler_seed(s->smp) : 0;
+    sampler_free(s->smp);
+    stop_free(s->stop);
+    s->smp = NULL;
+    s->stop = NULL;
+    s->req = NULL;
+    s->pending = -1;
+    s->last_used = ++e->clock;
+    pthread_mutex_lock(&e->mu);
+    e->stats.n_active--;
+    e->stats.tokens_gen += (uint64_t)s->res.n_gen;
+    pthread_mutex_unlock(&e->mu);
+    gen_result res = s->res;
+    r->on_done(r, &res);
+}
+
+/* Longest common prefix of a slot's cached tokens and a prompt. */
+static int common_prefix(const slot *s, const gen_request *r)
+{
+    int n = 0;
+    while (n < s->n_tokens && n < r->n_prompt && s->tokens[n] == r->prompt[n])
+        n++;
+    return n;
+}
+
+/* Moves queued requests into free slots, best prefix match first. */
+static void admit(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    while (e->queue_head) {
+        gen_request *r = e->queue_head;
+        slot *best = NULL;
+        int best_len = -1;
+        for (int i = 0; i < e->p.n_seq; i++) {
+            slot *s = &e->slots[i];
+            if (s->req)
+                continue;
+            int len = common_prefix(s, r);
+            if (len > best_len || (len == best_len && s->last_used < best->last_used)) {
+                best = s;
+                best_len = len;
+            }
+        }
+        if (!best)
+            break;
+        e->queue_head = r->next;
+        if (!e->queue_head)
+            e->queue_tail = NULL;
+        e->n_queued--;
+        /* Keep the shared prefix but always evaluate the prompt's last token:
+         * its logits give the first generated token. */
+        int keep = best_len < r->n_prompt ? best_len : r->n_prompt - 1;
+        stage_seq_truncate(e->st, best->id, keep);
+        best->n_tokens = keep;
+        best->n_fed = keep;
+        best->pending = -1;
+        best->req = r;
+        memset(&best->res, 0, sizeof best->res);
+        best->res.n_prompt = r->n_prompt;
+        best->res.n_cached = keep;
+        best->t_start = os_now_ns();
+        best->t_prompt_done = 0;
+        tok_stream_init(&best->ts);
+        e->stats.n_active++;
+        e->stats.tokens_prompt += (uint64_t)(r->n_prompt - keep);
+        e->stats.tokens_cached += (uint64_t)keep;
+        best->smp = NULL;
+        best->stop = NULL;
+        pthread_mutex_unlock(&e->mu);
+        int rc = sampler_new(&r->sampling, e->m->hp.n_vocab, &best->smp);
+        if (!rc && r->n_stops > 0)
+            rc = stop_new(r->stops, r->n_stops, &best->stop);
+        if (rc) {
+            finish(e, best, GEN_ERROR, rc_errmsg());
+        } else {
+            sampler_accept_prompt(best->smp, r->prompt, r->n_prompt);
+        }
+        pthread_mutex_lock(&e->mu);
+    }
+    e->stats.n_queued = e->n_queued;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Handles one sampled token of a slot; returns 1 when the slot finished. */
+static int accept_token(engine *e, slot *s, float *logits)
+{
+    gen_request *r = s->req;
+    int32_t t = sampler_sample(s->smp, logits);
+    if (t < 0) {
+        finish(e, s, GEN_ERROR, "every token is banned by logit_bias");
+        return 1;
+    }
+    sampler_accept(s->smp, t);
+    if (!s->t_prompt_done)
+        s->t_prompt_done = os_now_ns();
+    if (r->on_token) {
+        gen_token gt = { .id = t };
+        if (r->n_logprobs > 0 || r->on_token) {
+            sampler_logprobs(s->smp, logits, t, r->n_logprobs, s->top_ids, s->top_lp, &gt.logprob);
+            gt.n_top = r->n_logprobs;
+            gt.top_ids = s->top_ids;
+            gt.top_logprobs = s->top_lp;
+        }
+        r->on_token(r, &gt);
+    }
+    if (!r->ignore_eos && tok_is_eog(e->tok, t)) {
+        finish(e, s, GEN_STOP, NULL);
+        return 1;
+    }
+    s->res.n_gen++;
+    int n = tok_stream_push(e->tok, &s->ts, t, false, e->text, e->text_cap);
+    if (n > 0 && push_text(s, e->text, (size_t)n)) {
+        finish(e, s, GEN_STOP, NULL);
+        return 1;
+    }
+    if ((r->max_tokens > 0 && s->res.n_gen >= r->max_tokens) || s->n_tokens >= e->p.n_ctx) {
+        finish(e, s, GEN_LENGTH, NULL);
+        return 1;
+    }
+    s->pending = t;
+    return 0;
+}
+
+int engine_step(engine *e)
+{
+    int n = 0, n_out = 0;
+    const int B = e->p.n_batch;
+    /* Cancelled requests end here, before any more work is spent on them,
+     * and before admitting, so their slots go to waiting requests now. */
+    for (int i = 0; i < e->p.n_seq; i++) {
+        slot *s = &e->slots[i];
+        if (s->req && atomic_load(&s->req->cancel))
+            finish(e, s, GEN_CANCELLED, NULL);
+    }
+    admit(e);
+    for (int i = 0; i < e->p.n_seq && n < B; i++) {
+        slot *s = &e->slots[i];
+        if (!s->req || s->pending < 0)
+            continue;
+        if (s->n_tokens >= e->p.n_ctx) {
+            finish(e, s, GEN_LENGTH, NULL);
+            continue;
+        }
+        e->b_tok[n] = s->pending;
+        e->b_pos[n] = s->n_tokens;
+        e->b_seq[n] = s->id;
+        e->b_want[n] = 1;
+        s->tokens[s->n_tokens++] = s->pending;
+        s->pending = -1;
+        e->out_slot[n_out++] = s->id;
+        n++;
+    }
+    for (int i = 0; i < e->p.n_seq && n < B; i++) {
+        slot *s = &e->slots[i];
+        if (!s->req || s->n_fed >= s->req->n_prompt)
+            continue;
+        int chunk = s->req->n_prompt - s->n_fed;
+        if (chunk > B - n)
+            chunk = B - n;
+        for (int k = 0; k < chunk; k++) {
+            int32_t t = s->req->prompt[s->n_fed];
+            e->b_tok[n] = t;
+            e->b_pos[n] = s->n_tokens;
+            e->b_seq[n] = s->id;
+            s->tokens[s->n_tokens++] = t;
+            s->n_fed++;
+            e->b_want[n] = s->n_fed == s->req->n_prompt;
+            if (e->b_want[n])
+                e->out_slot[n_out++] = s->id;
+            n++;
+        }
+    }
+    if (n == 0)
+        return 0;
+    stage_batch b = { .n_rows = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq,
+                      .logits = e->b_want };
+    int got = 0;
+    if (stage_forward(e->st, &b, NULL, e->logits, &got) || got != n_out) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "forward pass failed: %s", rc_errmsg());
+        rc_log(LOG_ERROR, "%s", msg);
+        for (int i = 0; i < e->p.n_seq; i++)
+            if (e->slots[i].req) {
+                stage_seq_truncate(e->st, i, 0);
+                e->slots[i].n_tokens = 0;
+                finish(e, &e->slots[i], GEN_ERROR, msg);
+            }
+        return RC_ESTATE;
+    }
+    const size_t V = (size_t)e->m->hp.n_vocab;
+    for (int k = 0; k < n_out; k++) {
+        slot *s = &e->slots[e->out_slot[k]];
+        if (s->req)
+            accept_token(e, s, e->logits + (size_t)k * V);
+    }
+    pthread_mutex_lock(&e->mu);
+    int used = 0;
+    for (int i = 0; i < e->p.n_seq; i++)
+        used += e->slots[i].n_tokens;
+    e->stats.kv_used = used;
+    pthread_mutex_unlock(&e->mu);
+    return 1;
+}
+
+int engine_run_until_idle(engine *e)
+{
+    int rc;
+    while ((rc = engine_step(e)) > 0) {}
+    return rc < 0 ? rc : 0;
+}
+
+void engine_get_stats(engine *e, engine_stats *st)
+{
+    pthread_mutex_lock(&e->mu);
+    *st = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}
+
+const tokenizer *engine_tokenizer(const engine *e) { return e->tok; }
+const model *engine_model(const engine *e) { return e->m; }
