@@ -23,10 +23,16 @@ ifeq ($(OS),Darwin)
 else
   CFLAGS_BASE += -D_GNU_SOURCE
 endif
-LDLIBS  := -lpcre2-8 -ljansson -lm -pthread
-TEST_LDLIBS :=
+LDLIBS  := -levent -levent_pthreads -lsodium -lpcre2-8 -ljansson -lm -pthread
+TEST_LDLIBS := $(if $(filter Darwin,$(OS)),,-lutil)
 
-ifeq ($(SANITIZE),1)
+ifeq ($(FUZZ),1)
+  # libFuzzer instrumentation for the library the fuzz targets link
+  CC      := clang
+  BUILD   := build/fuzzlib
+  OPT     := -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
+             -fno-sanitize-recover=undefined
+else ifeq ($(SANITIZE),1)
   BUILD   := build/san
   OPT     := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
              -fno-sanitize-recover=undefined
@@ -43,7 +49,7 @@ ifeq ($(ARCH),x86_64)
 else
   ISA_AVX2 :=
 endif
-ISA_NEON :=
+ISA_NEON :=   # NEON is arm64's baseline; SDOT kernels carry their own target attribute
 
 LIB_SRC  := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 ifneq ($(ARCH),x86_64)
@@ -59,7 +65,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test test-unit test-san fuzz clean deps
+.PHONY: all run test test-unit test-san test-e2e test-cluster fuzz clean deps
 all: $(BUILD)/racimo
 
 $(BUILD)/libracimo.a: $(LIB_OBJ)
@@ -91,17 +97,32 @@ $(BUILD)/%.o: %.c
 deps:
 	@scripts/install-deps.sh
 
-# Until `racimo serve` exists, `make run` evaluates a prompt of token ids
-# with MODEL (default: a synthetic model it writes to build/demo.gguf).
+# `make run` serves MODEL (default: a synthetic model it writes to
+# build/demo.gguf) on http://127.0.0.1:$(PORT) with the OpenAI and Ollama APIs.
 MODEL ?= build/demo.gguf
-TOKENS ?= 1,2,3,4,5,6,7,8
+PORT ?= 8080
 run: deps
 	@$(MAKE) --no-print-directory all
 	@[ -f $(MODEL) ] || ./$(BUILD)/racimo make-model --preset tiny --type Q8_0 -o $(MODEL)
-	./$(BUILD)/racimo logits -m $(MODEL) --tokens $(TOKENS)
+	./$(BUILD)/racimo serve -m $(MODEL) --port $(PORT)
 
 test-unit: $(BUILD)/racimo_tests $(BUILD)/racimo
 	RACIMO_BIN=$(BUILD)/racimo $(BUILD)/racimo_tests $(T)
+
+# test-arm64: the kernel tests cross-built for arm64 (CC=aarch64-linux-gnu-gcc,
+# static, -O2, into build/arm64 by scripts/test-arm64.sh) and run under
+# qemu-user, once on a CPU with the dotprod extension and once without.  The
+# arm64 builds of jansson and pcre2 would need a foreign dpkg architecture, so
+# this binary holds only what needs neither: src/base, src/tensor and their
+# tests (runner, base, quant, kernels).
+KTEST_SRC := tests/runner.c $(wildcard tests/test_base.c tests/test_quant.c tests/test_kernels.c)
+KLIB_SRC  := $(filter src/base/% src/tensor/%,$(LIB_SRC))
+$(BUILD)/racimo_kernel_tests: $(KTEST_SRC:%.c=$(BUILD)/%.o) $(KLIB_SRC:%.c=$(BUILD)/%.o)
+	$(CC) $(LDFLAGS) -o $@ $^ -lm -pthread
+
+.PHONY: test-arm64
+test-arm64:
+	@scripts/test-arm64.sh
 
 test-san:
 	@$(MAKE) --no-print-directory SANITIZE=1 build/san/racimo_tests build/san/racimo
@@ -114,14 +135,35 @@ test-san:
 FUZZ_SECONDS ?= 60
 FUZZ_SRC  := $(wildcard fuzz/fuzz_*.c)
 FUZZ_BIN  := $(FUZZ_SRC:fuzz/%.c=build/fuzz/%)
-FUZZ_LIB_SRC := $(filter-out %_avx2.c %_neon.c,$(LIB_SRC))
-build/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC)
+build/fuzzlib/libracimo.a: FORCE
+	@$(MAKE) --no-print-directory FUZZ=1 build/fuzzlib/libracimo.a-real
+build/fuzzlib/libracimo.a-real: $(LIB_OBJ)
+	@rm -f build/fuzzlib/libracimo.a
+	ar rcs build/fuzzlib/libracimo.a $^
+build/fuzz/%: fuzz/%.c build/fuzzlib/libracimo.a
 	@mkdir -p build/fuzz
 	clang $(CFLAGS_BASE) -O1 -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=undefined -o $@ $< $(FUZZ_LIB_SRC) $(LDLIBS)
+	  -fno-sanitize-recover=undefined -o $@ $< build/fuzzlib/libracimo.a $(LDLIBS)
+.PHONY: FORCE
+FORCE:
 
 fuzz: $(FUZZ_BIN)
 	@scripts/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
+
+# test-e2e: the real binary on real sockets, driven by the official openai and
+# ollama npm packages and curl (tests/e2e, node's built-in test runner).  The
+# packages install from tests/e2e/package-lock.json on first use.
+# RACIMO_LOAD_SECONDS=60 lengthens the load test (default 15 s).
+test-e2e: build/rel/racimo
+	@cd tests/e2e && { [ -d node_modules/openai ] && [ -d node_modules/ollama ] || \
+	  npm ci --no-audit --no-fund --loglevel=error; } && \
+	  RACIMO_BIN=$(CURDIR)/build/rel/racimo node --test --test-reporter=tap \
+	  openai.test.mjs ollama.test.mjs protocol.test.mjs load.test.mjs
+
+# test-cluster: real nodes in network namespaces on a bridge (needs root):
+# discovery, refusals, avahi-browse, SIGKILL and a cut link (tests/cluster).
+test-cluster: build/rel/racimo
+	@RACIMO_BIN=build/rel/racimo tests/cluster/run.sh
 
 test:
 	@scripts/test-all.sh

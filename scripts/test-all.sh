@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole suite: unit and golden tests in the release build, the same under
-# AddressSanitizer + UndefinedBehaviorSanitizer, and every fuzz target for a
-# bounded time.  The last line adds them up for CI.
+# AddressSanitizer + UndefinedBehaviorSanitizer, the kernel tests cross-built
+# for arm64 under qemu (when the cross tools are installed), the end-to-end
+# tests of `racimo serve` with real clients (node), and every fuzz target for
+# a bounded time.  The last line adds them up for CI.
 set -u
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -9,6 +11,10 @@ total_p=0; total_f=0; total_s=0
 tally() {  # reads a log, adds its closing counts
   local line
   line=$(grep -E '^([a-z]+: )?[0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1)
+  if [ -z "$line" ] && grep -qE '^# pass [0-9]+' "$1"; then
+    # node's test runner (TAP): "# pass N", "# fail N", "# skipped N"
+    line="$(grep -E '^# pass [0-9]+' "$1" | tail -n 1 | grep -oE '[0-9]+') passed, $(grep -E '^# fail [0-9]+' "$1" | tail -n 1 | grep -oE '[0-9]+') failed, $(grep -E '^# skipped [0-9]+' "$1" | tail -n 1 | grep -oE '[0-9]+') skipped"
+  fi
   if [ -z "$line" ]; then total_f=$((total_f+1)); echo "no closing line in $1"; return; fi
   p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+')
   f=$(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '[0-9]+')
@@ -28,8 +34,23 @@ step unit make --no-print-directory test-unit
 make --no-print-directory -j"$jobs" SANITIZE=1 build/san/racimo build/san/racimo_tests >build/make-san.log 2>&1 \
   || { cat build/make-san.log; echo "0 passed, 1 failed"; exit 1; }
 step sanitizers make --no-print-directory test-san
+if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then
+  step arm64 make --no-print-directory test-arm64
+else
+  echo "arm64: skipped (aarch64-linux-gnu-gcc or qemu-aarch64 missing: scripts/install-deps.sh)"
+fi
+if command -v node >/dev/null && command -v npm >/dev/null && command -v curl >/dev/null; then
+  step e2e make --no-print-directory test-e2e
+else
+  echo "e2e: skipped (node, npm or curl missing: scripts/install-deps.sh)"; total_s=$((total_s+1))
+fi
+if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && command -v jq >/dev/null; then
+  step cluster make --no-print-directory test-cluster
+else
+  echo "cluster: skipped (needs root, iproute2 and jq: scripts/install-deps.sh)"; total_s=$((total_s+1))
+fi
 if command -v clang >/dev/null; then
-  step fuzz make --no-print-directory fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
+  step fuzz make --no-print-directory fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
 else
   echo "fuzz: skipped (clang not installed)"
 fi

@@ -120,7 +120,9 @@ typedef struct {
     int layer;       /* local layer index */
 } att_task;
 
-/* One (row, head) pair per work item; items are split across threads. */
+/* One (row, head) pair per work item; items are dealt to threads in turn,
+ * since under the causal mask later rows cost more.  The q.k products and
+ * the weighted sum of values use the tensor layer's SIMD kernels. */
 static void attention_task(void *arg, int ith, int nth)
 {
     att_task *t = arg;
@@ -129,29 +131,22 @@ static void attention_task(void *arg, int ith, int nth)
     const int H = hp->n_head, D = hp->head_dim, Dv = hp->head_dim_v;
     const int group = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)D);
+    const dot_f32_fn dot = tensor_type_traits(TT_F32)->dot_f32;
     float *scores = s->scores + (size_t)ith * s->p.n_ctx;
-    long i0, i1;
-    pool_split((long)t->b->n_rows * H, ith, nth, &i0, &i1);
-    for (long item = i0; item < i1; item++) {
+    const long n_items = (long)t->b->n_rows * H;
+    for (long item = ith; item < n_items; item += nth) {
         int r = (int)(item / H), head = (int)(item % H), kvh = head / group;
         int seq = t->b->seq[r], pos = t->b->pos[r];
         const float *q = s->q + (size_t)r * H * D + (size_t)head * D;
         for (int p = 0; p <= pos; p++) {
             const float *k = kv_k(&s->kv, t->layer, seq, p) + (size_t)kvh * D;
-            float dot = 0.0f;
-            for (int d = 0; d < D; d++)
-                dot += q[d] * k[d];
-            scores[p] = dot * scale;
+            scores[p] = dot(k, q, D) * scale;
         }
         softmax(scores, pos + 1);
         float *o = s->att + (size_t)r * H * Dv + (size_t)head * Dv;
         memset(o, 0, (size_t)Dv * sizeof(float));
-        for (int p = 0; p <= pos; p++) {
-            const float *v = kv_v(&s->kv, t->layer, seq, p) + (size_t)kvh * Dv;
-            float w = scores[p];
-            for (int d = 0; d < Dv; d++)
-                o[d] += w * v[d];
-        }
+        for (int p = 0; p <= pos; p++)
+            tensor_vec_mad_f32(o, kv_v(&s->kv, t->layer, seq, p) + (size_t)kvh * Dv, scores[p], Dv);
     }
 }
 
@@ -401,6 +396,7 @@ static size_t max_scratch(const model *m, int B, int mode)
 int stage_new(const model *m, const stage_params *p, stage **out)
 {
     const model_hparams *hp = &m->hp;
+    tensor_kernels_init();
     *out = NULL;
     if (p->n_ctx <= 0 || p->n_seq <= 0 || p->n_batch <= 0 || p->n_threads <= 0)
         return rc_fail(RC_EINVAL, "stage: context %d, sequences %d, batch %d and threads %d must be positive",

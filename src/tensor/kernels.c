@@ -1,29 +1,97 @@
 /* kernels.c - the active table of tensor functions, the one tensor_type_traits
- * returns.
+ * returns, and the choice of kernels at start-up.
  *
  * Until tensor_kernels_init runs, the active table is the reference table
  * itself, so every caller works without initialisation.  tensor_kernels_init
- * copies the reference entries into a table of its own and is where the
- * kernels of the CPU's instruction sets (chosen by a CPU probe) will replace
- * function pointers; for now it installs the reference code unchanged.
+ * copies the reference entries into a table of its own, lets the
+ * instruction-set files (quant_avx2.c, quant_neon.c) replace the function
+ * pointers they have faster versions of, as the CPU probe allows, and only
+ * then publishes the table.  RACIMO_KERNELS=ref skips the patching.
  */
 #include "tensor/types.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "base/log.h"
+#include "tensor/kernels_isa.h"
+
+typedef void (*vec_mad_fn)(float *y, const float *x, float a, int64_t n);
+
+static void vec_mad_ref(float *y, const float *x, float a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
 
 static tensor_traits table[TT_COUNT];
-static const tensor_traits *active;     /* NULL: use the reference table */
+static _Atomic(vec_mad_fn) vec_mad = vec_mad_ref;
+static _Atomic(const tensor_traits *) active;  /* NULL: use the reference table */
+static const char *kernels_name = "ref";
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-void tensor_kernels_init(void)
+static void init(void)
 {
     for (int t = 0; t < TT_COUNT; t++)
         table[t] = *tensor_type_traits_ref(t);
-    active = table;
+    /* RACIMO_KERNELS: "ref" keeps the reference code; "avx2" leaves out
+     * the AVX-VNNI kernels (to measure what an AVX2-only CPU gets). */
+    const char *env = getenv("RACIMO_KERNELS");
+    const int want_ref = env && !strcmp(env, "ref");
+    const int no_ext = env && !strcmp(env, "avx2");
+    if (env && *env && !want_ref && !no_ext)
+        rc_log(LOG_WARN, "RACIMO_KERNELS=%s: known values are \"ref\" and \"avx2\"; "
+               "choosing by CPU", env);
+    if (!want_ref) {
+#if defined(__x86_64__)
+        if (cpu_has(CPU_AVX2) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C)) {
+            const int vnni = !no_ext && cpu_has(CPU_AVX_VNNI);
+            tensor__kernels_avx2(table, vnni);
+            atomic_store_explicit(&vec_mad, tensor__vec_mad_f32_avx2, memory_order_relaxed);
+            kernels_name = vnni ? "avx2+vnni" : "avx2";
+        }
+#elif defined(__aarch64__)
+        if (cpu_has(CPU_NEON)) {
+            tensor__kernels_neon(table, cpu_has(CPU_DOTPROD));
+            kernels_name = cpu_has(CPU_DOTPROD) ? "neon+dotprod" : "neon";
+        }
+#endif
+    }
+    atomic_store_explicit(&active, table, memory_order_release);
+}
+
+void tensor_kernels_init(void)
+{
+    pthread_once(&init_once, init);
 }
 
 const tensor_traits *tensor_type_traits(int type)
 {
     if (type < 0 || type >= TT_COUNT)
         return NULL;
-    return active ? &active[type] : tensor_type_traits_ref(type);
+    const tensor_traits *a = atomic_load_explicit(&active, memory_order_acquire);
+    return a ? &a[type] : tensor_type_traits_ref(type);
+}
+
+size_t tensor_tile_x_bytes(const tensor_traits *t, int64_t n)
+{
+    const size_t row = tensor_row_bytes(t->vec_dot_type, n);
+    if (!t->tile_x_block_bytes || !row)
+        return row;
+    const int64_t bs = tensor_type_traits_ref(t->vec_dot_type)->block_size;
+    return (size_t)(n / bs) * t->tile_x_block_bytes;
+}
+
+void tensor_vec_mad_f32(float *y, const float *x, float a, int64_t n)
+{
+    atomic_load_explicit(&vec_mad, memory_order_relaxed)(y, x, a, n);
+}
+
+const char *tensor_kernels_name(void)
+{
+    return atomic_load_explicit(&active, memory_order_acquire) ? kernels_name : "ref";
 }

@@ -9,8 +9,10 @@
  *   MATMUL_FAST   activations first converted to the weight type's
  *                 vec_dot_type (Q8_0, Q8_K, F16...) as llama.cpp does, then
  *                 integer or reduced-precision dot products.
- * The output rows are split across the pool's threads; results do not depend
- * on the number of threads (each output is one thread's one dot product).
+ * The output rows are split across the pool's threads in panels taken from a
+ * shared counter.  Each output is computed from its own two rows by one
+ * kernel call (vec_dot_tile, whose contract is in types.h, or vec_dot), so
+ * results depend neither on the number of threads nor on the panels.
  */
 #ifndef RC_MATMUL_H
 #define RC_MATMUL_H

@@ -121,6 +121,19 @@ typedef float (*vec_dot_fn)(const void *w, const void *x, int64_t n);
 typedef void  (*to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void  (*from_float_fn)(const float *src, void *dst, int64_t n);
 
+/* vec_dot_tile: the n_w x n_x dot products of weight rows w_i = w + i *
+ * w_stride (bytes) with activation rows x_j = x + j * x_stride (already in
+ * vec_dot_type, or prepared by tile_x_prep), into y[j * ldy + i].  A SIMD kernel computes them in
+ * register tiles, loading each weight block once for several activation
+ * rows (the compute-bound prompt path).  Contract: each output depends only
+ * on its two rows, never on n_w, n_x or where the pair sits in the grid, and
+ * equals vec_dot's result bit for bit; so neither the split of the work
+ * among threads nor the other rows of a batch change any result.  Thread
+ * safe. */
+typedef void (*vec_dot_tile_fn)(int64_t n, const void *w, size_t w_stride, int n_w,
+                                const void *x, size_t x_stride, int n_x,
+                                float *y, size_t ldy);
+
 typedef struct {
     const char   *name;          /* "Q4_K", as GGUF tools print it */
     int64_t       block_size;    /* elements per block; 0 if unknown type */
@@ -130,6 +143,15 @@ typedef struct {
     dot_f32_fn    dot_f32;
     int           vec_dot_type;  /* activation type for vec_dot */
     vec_dot_fn    vec_dot;
+    /* appended fields */
+    vec_dot_tile_fn vec_dot_tile;  /* NULL: callers loop over vec_dot
+                                      (the reference table has none) */
+    /* The activation layout vec_dot_tile reads.  0: rows in vec_dot_type.
+     * Otherwise each block of vec_dot_type takes tile_x_block_bytes in a
+     * layout of the kernel's own, made from a vec_dot_type row by
+     * tile_x_prep (once per matrix product rather than once per tile). */
+    size_t        tile_x_block_bytes;
+    void        (*tile_x_prep)(const void *xq, void *dst, int64_t n);
 } tensor_traits;
 
 /* The table, indexed by enum tensor_type; entries of types racimo does not
@@ -139,9 +161,14 @@ typedef struct {
 const tensor_traits *tensor_type_traits(int type);
 
 /* Installs the fastest kernels this CPU runs into the table returned by
- * tensor_type_traits (today: the reference code).  Call once at start-up,
- * before other threads use the table; the pointers returned before the call
- * stay valid (they point to the reference entries). */
+ * tensor_type_traits: the reference code patched by the AVX2 kernels
+ * (x86-64 with AVX2, FMA and F16C; AVX-VNNI too when present) or the NEON
+ * ones (arm64), as the CPU probe (base/cpu.h) finds.  The environment
+ * variable RACIMO_KERNELS=ref keeps the reference code (for comparisons and
+ * bisecting); RACIMO_KERNELS=avx2 leaves out the AVX-VNNI kernels.  Idempotent
+ * and thread safe (the first call does the work, later ones wait for it);
+ * the pointers returned before the call stay valid (they point to the
+ * reference entries). */
 void tensor_kernels_init(void);
 
 /* Reference (scalar) table, unaffected by tensor_kernels_init: tests use it
@@ -161,5 +188,18 @@ int tensor_type_from_name(const char *name);
 /* Bytes of a row of n elements; 0 when n is not a multiple of the block
  * size or the type is unknown. */
 size_t tensor_row_bytes(int type, int64_t n);
+
+/* Bytes of a row of n activations in the layout `t`'s vec_dot_tile reads
+ * (tile_x_block_bytes per activation block, or the vec_dot_type row). */
+size_t tensor_tile_x_bytes(const tensor_traits *t, int64_t n);
+
+/* y[i] += a * x[i] for i < n (a multiply, then an add, as in C: every
+ * implementation gives the same bits).  The weighted sum of attention
+ * values; SIMD after tensor_kernels_init when the CPU has it. */
+void tensor_vec_mad_f32(float *y, const float *x, float a, int64_t n);
+
+/* The kernel set tensor_kernels_init installed: "ref", "avx2",
+ * "avx2+vnni", "neon" or "neon+dotprod" ("ref" before the call). */
+const char *tensor_kernels_name(void);
 
 #endif

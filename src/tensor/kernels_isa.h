@@ -1,0 +1,23 @@
+/* kernels_isa.h - internal to src/tensor: the entry points by which each
+ * instruction-set file patches the active kernel table.  Each file
+ * (quant_avx2.c, quant_neon.c, ...) is compiled with its own ISA flags and
+ * only called after the CPU probe says the instructions exist. */
+#ifndef RC_KERNELS_ISA_H
+#define RC_KERNELS_ISA_H
+
+#include "types.h"
+
+/* x86-64 with AVX2, FMA and F16C (quant_avx2.c: float types, activation
+ * quantisers, decoders); it installs the dot products of the 32-element
+ * formats (quant_tile_avx2.c) and of the K-quants (quant_k_avx2.c).
+ * `use_vnni`: the CPU also has AVX-VNNI, whose VPDPBUSD the prompt kernels
+ * then use. */
+void tensor__kernels_avx2(tensor_traits *table, int use_vnni);
+void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
+void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
+void tensor__vec_mad_f32_avx2(float *y, const float *x, float a, int64_t n);
+
+/* arm64 NEON; `has_dotprod` when the CPU has the SDOT/UDOT instructions. */
+void tensor__kernels_neon(tensor_traits *table, int has_dotprod);
+
+#endif

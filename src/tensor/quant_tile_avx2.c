@@ -1,0 +1,648 @@
+/* quant_tile_avx2.c - dot products of the 32-element block formats (Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0 weights against Q8_0/Q8_1 activations) for AVX2,
+ * with AVX-VNNI variants of the inner kernels.
+ *
+ * Every path of a format computes an output with the same float operations
+ * in the same order, so vec_dot and the tile kernels give the same bits,
+ * whatever the tile, thread or batch (vec_dot_tile's contract, types.h).
+ * Both differ from the reference only in rounding.
+ *
+ * Q4_0, Q4_1, Q5_0, Q5_1: for each block b of an output (weight row i,
+ * activation row j), the exact integer sum isum_b of level times activation
+ * quant, then
+ *     acc = fma((float)isum_b, d_w * d_x, acc)       [+ acc = fma(m_w, s_x, acc)]
+ * in block order from 0.  Integer sums are exact however they are computed.
+ * The levels are used unsigned (0..15, 0..31) against the signed activation
+ * bytes, and Q4_0/Q5_0's offset (8, 16) is taken off as offset * (sum of
+ * the activation block), which the prepared activations carry (tile_x_prep:
+ * the bytes, d as a float, and that sum, or Q8_1's s as a float).
+ *   - Prompts: 8 weight rows at a time are repacked so that for each group
+ *     of 4 elements one ymm holds those 4 levels of all 8 rows; one
+ *     multiply-add against 4 activation bytes broadcast to every lane then
+ *     advances 8 outputs, and lane r of an accumulator is weight row r.
+ *   - Generation (one activation row): 8 weight rows per block, each row's
+ *     8 lanes of products summed by one transposing add into a vector over
+ *     the rows, so the float chain runs for 8 rows at once.
+ * 16-bit partial sums (maddubs, AVX2) are kept for as many groups as cannot
+ * overflow (levels <= 15: 8 groups; <= 31: 4); VPDPBUSD (AVX-VNNI) sums
+ * straight into 32 bits.
+ *
+ * Q8_0 keeps llama.cpp's order instead (8 lanes of 4 products, one FMA per
+ * lane and block with d_w * d_x, the lanes summed at the end), so greedy
+ * decoding of Q8_0 models follows llama.cpp's as closely as the golden
+ * tests ask.  Its tile kernel takes one weight row against 8 activation
+ * rows, each output an 8-lane accumulator (more weight rows per tile only
+ * spill registers), with the sign trick (|w| times x with w's sign): its
+ * levels need all 8 bits.  Its prepared activations are the bytes and d as
+ * a float.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "tensor/kernels_isa.h"
+#include "tensor/quant_ref.h"
+
+#define UNROLL _Pragma("GCC unroll 8")
+#define NO_UNROLL _Pragma("GCC unroll 1")
+#define INLINE static inline __attribute__((always_inline))
+#define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+enum { W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1 };
+
+/* The prompt path: activation rows per pass (their accumulators stay on the
+ * stack across the chunks of blocks, KB at a time), weight rows per pass,
+ * activation rows per inner-kernel call. */
+enum { XB = 512, KB = 8, NWC = 16, RN = 4 };
+
+/* Prepared activation block: 32 bytes, d, then the sum of the bytes (Q8_0)
+ * or s (Q8_1). */
+enum { XP_BYTES = 40, XP_D = 32, XP_SUM = 36 };
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+INLINE float h2f(fp16_t h) { return _cvtsh_ss(h); }
+
+INLINE float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE int hsum_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+INLINE __m256i bcast4(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+INLINE __m256i nibbles32(const uint8_t *qs)
+{
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+INLINE __m256i fifth_bits32(const uint8_t *p)
+{
+    uint32_t bits;
+    memcpy(&bits, p, sizeof bits);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+INLINE int has_min(int wt) { return wt == W_Q4_1 || wt == W_Q5_1; }
+
+INLINE size_t wblock_bytes(int wt)
+{
+    static const size_t b[] = { sizeof(block_q4_0), sizeof(block_q4_1), sizeof(block_q5_0),
+                                sizeof(block_q5_1) };
+    return b[wt];
+}
+
+/* Bytes of an activation block in vec_dot_type. */
+INLINE size_t xblock_bytes(int wt) { return has_min(wt) ? sizeof(block_q8_1) : sizeof(block_q8_0); }
+
+/* Block b of the weight row at p: its 32 levels (unsigned: 0..15 or
+ * 0..31), d and m. */
+INLINE __m256i wlevels(int wt, const uint8_t *p, int64_t b, float *d, float *m)
+{
+    p += (size_t)b * wblock_bytes(wt);
+    fp16_t h;
+    memcpy(&h, p, sizeof h);
+    *d = h2f(h);
+    switch (wt) {
+    case W_Q4_0:
+        return nibbles32(((const block_q4_0 *)p)->qs);
+    case W_Q4_1:
+        memcpy(&h, p + 2, sizeof h);
+        *m = h2f(h);
+        return nibbles32(((const block_q4_1 *)p)->qs);
+    case W_Q5_0: {
+        const block_q5_0 *k = (const block_q5_0 *)p;
+        return _mm256_or_si256(nibbles32(k->qs), fifth_bits32(k->qh));
+    }
+    default: {
+        const block_q5_1 *k = (const block_q5_1 *)p;
+        memcpy(&h, p + 2, sizeof h);
+        *m = h2f(h);
+        return _mm256_or_si256(nibbles32(k->qs), fifth_bits32(k->qh));
+    }
+    }
+}
+
+INLINE int level_offset(int wt) { return wt == W_Q4_0 ? 8 : wt == W_Q5_0 ? 16 : 0; }
+
+INLINE float load_f32(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+INLINE int32_t load_i32(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* tile_x_prep: the bytes, d as a float, and the bytes' sum or s. */
+INLINE void prep_row(int wt, const void *xq, void *dst, int64_t n)
+{
+    const size_t xb = xblock_bytes(wt);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *xk = (const uint8_t *)xq + (size_t)b * xb;
+        uint8_t *o = (uint8_t *)dst + (size_t)b * XP_BYTES;
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(xk + xb - 32));
+        _mm256_storeu_si256((__m256i *)o, v);
+        fp16_t h;
+        memcpy(&h, xk, sizeof h);
+        const float d = h2f(h);
+        memcpy(o + XP_D, &d, sizeof d);
+        if (has_min(wt)) {
+            memcpy(&h, xk + 2, sizeof h);
+            const float sx = h2f(h);
+            memcpy(o + XP_SUM, &sx, sizeof sx);
+        } else {
+            const __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
+            const int32_t sum = hsum_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+            memcpy(o + XP_SUM, &sum, sizeof sum);
+        }
+    }
+}
+
+/* ---- Q4_0, Q4_1, Q5_0, Q5_1: vec_dot on vec_dot_type rows ----------------------- */
+
+INLINE float row_dot(int wt, const uint8_t *w, const uint8_t *x, int64_t n)
+{
+    const size_t xb = xblock_bytes(wt);
+    const int off = level_offset(wt);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *xk = x + (size_t)b * xb;
+        float dw, mw = 0.0f;
+        const __m256i q = wlevels(wt, w, b, &dw, &mw);
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xk + xb - 32));
+        __m256i p = _mm256_maddubs_epi16(q, xv);
+        if (off)
+            p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), xv));
+        const int isum = hsum_epi32(_mm256_madd_epi16(p, ones));
+        fp16_t h;
+        memcpy(&h, xk, sizeof h);
+        const __m128 s = _mm_set_ss(dw * h2f(h));
+        acc = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), isum), s, acc);
+        if (has_min(wt)) {
+            memcpy(&h, xk + 2, sizeof h);
+            acc = _mm_fmadd_ss(_mm_set_ss(mw), _mm_set_ss(h2f(h)), acc);
+        }
+    }
+    return _mm_cvtss_f32(acc);
+}
+
+/* ---- Q4_0, Q4_1, Q5_0, Q5_1: generation, 8 rows per block ------------------------ */
+
+/* Lane r of the result: the sum of the 8 lanes of v[r]. */
+INLINE __m256i sum8x8(const __m256i v[8])
+{
+    __m256i s[4], t[2];
+    for (int k = 0; k < 4; k++)
+        s[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
+                                _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 2; k++)
+        t[k] = _mm256_add_epi32(_mm256_unpacklo_epi64(s[2 * k], s[2 * k + 1]),
+                                _mm256_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(t[0], t[1], 0x20),
+                            _mm256_permute2x128_si256(t[0], t[1], 0x31));
+}
+
+/* Rows [0, nr) (nr <= 8) of w against one prepared row; y[r] the results.
+ * DOT(q, x): 8 lanes of sums of 4 products of unsigned q and signed x. */
+#define DEFINE_ROWS8(NAME, ATTR, DOT)                                                      \
+    ATTR INLINE void NAME(int wt, int64_t n, const uint8_t *w, size_t ws, int nr,          \
+                          const uint8_t *x, float *y)                                      \
+    {                                                                                      \
+        const int off = level_offset(wt);                                                  \
+        __m256 acc = _mm256_setzero_ps();                                                  \
+        for (int64_t b = 0; b < n / 32; b++) {                                             \
+            const uint8_t *xk = x + (size_t)b * XP_BYTES;                                  \
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)xk);                    \
+            __m256i v[8];                                                                  \
+            float d[8], m[8];                                                              \
+            for (int r = 0; r < 8; r++) {                                                  \
+                d[r] = m[r] = 0.0f;                                                        \
+                v[r] = r < nr ? DOT(wlevels(wt, w + (size_t)r * ws, b, &d[r], &m[r]), xv)  \
+                              : _mm256_setzero_si256();                                    \
+            }                                                                              \
+            __m256i isum = sum8x8(v);                                                      \
+            if (off)                                                                       \
+                isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(off * load_i32(xk + XP_SUM))); \
+            const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(d), _mm256_set1_ps(load_f32(xk + XP_D))); \
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc);                       \
+            if (has_min(wt))                                                               \
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(m), _mm256_set1_ps(load_f32(xk + XP_SUM)), acc); \
+        }                                                                                  \
+        float lanes[8];                                                                    \
+        _mm256_storeu_ps(lanes, acc);                                                      \
+        for (int r = 0; r < nr; r++)                                                       \
+            y[r] = lanes[r];                                                               \
+    }
+
+INLINE __m256i dot4_avx2(__m256i q, __m256i x)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1));
+}
+
+VNNI INLINE __m256i dot4_vnni(__m256i q, __m256i x)
+{
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q, x);
+}
+
+DEFINE_ROWS8(rows8_avx2, , dot4_avx2)
+DEFINE_ROWS8(rows8_vnni, VNNI, dot4_vnni)
+
+/* ---- Q4_0, Q4_1, Q5_0, Q5_1: prompts, packed rows -------------------------------- */
+
+/* 8 weight rows, one block: q[g] holds levels 4g..4g+3 of rows 0..7. */
+typedef struct {
+    uint8_t q[8][32];
+    float d[8], m[8];
+} wpack;
+
+INLINE void transpose8(__m256i v[8])
+{
+    __m256 t[8], u[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_ps(_mm256_castsi256_ps(v[2 * k]), _mm256_castsi256_ps(v[2 * k + 1]));
+        t[2 * k + 1] = _mm256_unpackhi_ps(_mm256_castsi256_ps(v[2 * k]), _mm256_castsi256_ps(v[2 * k + 1]));
+    }
+    for (int k = 0; k < 2; k++) {
+        u[4 * k] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
+        u[4 * k + 1] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0xee);
+        u[4 * k + 2] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
+        u[4 * k + 3] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xee);
+    }
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+        v[k + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
+    }
+}
+
+/* Rows [0, nr) of the weight rows at w (stride ws), blocks [b0, b0 + kb),
+ * into packs; rows nr..7 are zero. */
+INLINE void repack(int wt, const uint8_t *w, size_t ws, int nr, int64_t b0, int kb, wpack *out)
+{
+    for (int bb = 0; bb < kb; bb++) {
+        __m256i v[8];
+        float d[8], m[8];
+        for (int r = 0; r < 8; r++) {
+            d[r] = m[r] = 0.0f;
+            v[r] = r < nr ? wlevels(wt, w + (size_t)r * ws, b0 + bb, &d[r], &m[r])
+                          : _mm256_setzero_si256();
+        }
+        transpose8(v);
+        for (int g = 0; g < 8; g++)
+            _mm256_storeu_si256((__m256i *)out[bb].q[g], v[g]);
+        memcpy(out[bb].d, d, sizeof d);
+        memcpy(out[bb].m, m, sizeof m);
+    }
+}
+
+/* The end of a block: the offset, then acc_j = fma(isum_j, d_w * d_x,
+ * acc_j) [+ m * s]; x points at the block of activation row 0, rows xs
+ * bytes apart. */
+INLINE void finish_block(int wt, int rn, const wpack *P, const uint8_t *x, size_t xs,
+                         __m256i *isum, __m256 *acc)
+{
+    const int off = level_offset(wt);
+    const __m256 dv = _mm256_loadu_ps(P->d);
+    UNROLL for (int j = 0; j < rn; j++) {
+        const uint8_t *xj = x + (size_t)j * xs;
+        if (off)
+            isum[j] = _mm256_sub_epi32(isum[j], _mm256_set1_epi32(off * load_i32(xj + XP_SUM)));
+        const __m256 s = _mm256_mul_ps(dv, _mm256_set1_ps(load_f32(xj + XP_D)));
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), s, acc[j]);
+        if (has_min(wt))
+            acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(P->m), _mm256_set1_ps(load_f32(xj + XP_SUM)), acc[j]);
+    }
+}
+
+/* Inner kernels: 8 packed rows times rn prepared activation rows (x: row 0
+ * at block b0, rows xs apart) over kb blocks; acc[j] lane r is output
+ * (weight row r, activation row j). */
+INLINE void kernel_avx2(int wt, int rn, const wpack *wp, int kb, const uint8_t *x, size_t xs,
+                        __m256 *acc)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int flush = wt == W_Q4_0 || wt == W_Q4_1 ? 8 : 4;
+    for (int bb = 0; bb < kb; bb++) {
+        const wpack *P = &wp[bb];
+        const uint8_t *xb = x + (size_t)bb * XP_BYTES;
+        __m256i isum[RN];
+        UNROLL for (int j = 0; j < rn; j++)
+            isum[j] = _mm256_setzero_si256();
+        NO_UNROLL for (int g0 = 0; g0 < 8; g0 += flush) {
+            __m256i s16[RN];
+            UNROLL for (int j = 0; j < rn; j++)
+                s16[j] = _mm256_setzero_si256();
+            NO_UNROLL for (int g = g0; g < g0 + flush; g++) {
+                const __m256i W = _mm256_loadu_si256((const __m256i *)P->q[g]);
+                UNROLL for (int j = 0; j < rn; j++)
+                    s16[j] = _mm256_add_epi16(s16[j],
+                        _mm256_maddubs_epi16(W, bcast4(xb + (size_t)j * xs + 4 * g)));
+            }
+            UNROLL for (int j = 0; j < rn; j++)
+                isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(s16[j], ones));
+        }
+        finish_block(wt, rn, P, xb, xs, isum, acc);
+    }
+}
+
+VNNI INLINE void kernel_vnni(int wt, int rn, const wpack *wp, int kb, const uint8_t *x, size_t xs,
+                             __m256 *acc)
+{
+    for (int bb = 0; bb < kb; bb++) {
+        const wpack *P = &wp[bb];
+        const uint8_t *xb = x + (size_t)bb * XP_BYTES;
+        __m256i isum[RN];
+        UNROLL for (int j = 0; j < rn; j++)
+            isum[j] = _mm256_setzero_si256();
+        UNROLL for (int g = 0; g < 8; g++) {
+            const __m256i W = _mm256_loadu_si256((const __m256i *)P->q[g]);
+            UNROLL for (int j = 0; j < rn; j++)
+                isum[j] = _mm256_dpbusd_avx_epi32(isum[j], W, bcast4(xb + (size_t)j * xs + 4 * g));
+        }
+        finish_block(wt, rn, P, xb, xs, isum, acc);
+    }
+}
+
+typedef void (*kernel_fn)(const wpack *wp, int kb, const uint8_t *x, size_t xs, int rn,
+                          __m256 *acc);
+typedef void (*rows8_fn)(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                         float *y);
+
+/* The accumulators of a pass into y: row j's 8 * ng outputs are
+ * consecutive, a whole cache line when ng is 2 and y is aligned, so
+ * non-temporal stores write them without first reading the line (the
+ * output matrix is larger than the caches and written once).  The fence
+ * orders them before the thread pool's completion signal. */
+INLINE void store_outputs(__m256 acc[NWC / 8][XB], int ng, int nwc, int nxb, float *y, size_t ldy)
+{
+    for (int j = 0; j < nxb; j++) {
+        float *yo = y + (size_t)j * ldy;
+        if (nwc == 16 && ((uintptr_t)yo & 63) == 0) {
+            _mm256_stream_ps(yo, acc[0][j]);
+            _mm256_stream_ps(yo + 8, acc[1][j]);
+            continue;
+        }
+        for (int g = 0; g < ng; g++) {
+            const int nr = nwc - 8 * g < 8 ? nwc - 8 * g : 8;
+            float lanes[8];
+            _mm256_storeu_ps(lanes, acc[g][j]);
+            for (int r = 0; r < nr; r++)
+                yo[8 * g + r] = lanes[r];
+        }
+    }
+    _mm_sfence();
+}
+
+/* n_w x n_x outputs: one activation row through rows8, several in passes
+ * of NWC weight rows and XB activation rows, blocks in chunks of KB. */
+INLINE void tile_packed(int wt, kernel_fn kernel, rows8_fn rows8, int64_t n, const uint8_t *w,
+                        size_t ws, int n_w, const uint8_t *x, size_t xs, int n_x, float *y,
+                        size_t ldy)
+{
+    if (n_x == 1) {
+        for (int i = 0; i < n_w; i += 8)
+            rows8(n, w + (size_t)i * ws, ws, n_w - i < 8 ? n_w - i : 8, x, y + i);
+        return;
+    }
+    wpack wp[NWC / 8][KB];
+    __m256 acc[NWC / 8][XB];
+    const int64_t nb = n / 32;
+    for (int i1 = 0; i1 < n_w; i1 += NWC) {
+        const int nwc = n_w - i1 < NWC ? n_w - i1 : NWC, ng = (nwc + 7) / 8;
+        for (int j1 = 0; j1 < n_x; j1 += XB) {
+            const int nxb = n_x - j1 < XB ? n_x - j1 : XB;
+            for (int g = 0; g < ng; g++)
+                for (int j = 0; j < nxb; j++)
+                    acc[g][j] = _mm256_setzero_ps();
+            for (int64_t b0 = 0; b0 < nb; b0 += KB) {
+                const int kb = nb - b0 < KB ? (int)(nb - b0) : KB;
+                for (int g = 0; g < ng; g++) {
+                    const int nr = nwc - 8 * g < 8 ? nwc - 8 * g : 8;
+                    repack(wt, w + (size_t)(i1 + 8 * g) * ws, ws, nr, b0, kb, wp[g]);
+                }
+                for (int j0 = 0; j0 < nxb; j0 += RN) {
+                    const uint8_t *xj = x + (size_t)(j1 + j0) * xs + (size_t)b0 * XP_BYTES;
+                    const int rn = nxb - j0 < RN ? nxb - j0 : RN;
+                    for (int g = 0; g < ng; g++)
+                        kernel(wp[g], kb, xj, xs, rn, &acc[g][j0]);
+                }
+            }
+            store_outputs(acc, ng, nwc, nxb, y + (size_t)j1 * ldy + i1, ldy);
+        }
+    }
+}
+
+#define KERNEL_SWITCH(K, wt, rn, ...)                          \
+    switch (rn) {                                              \
+    case 1: K(wt, 1, __VA_ARGS__); break;                      \
+    case 2: K(wt, 2, __VA_ARGS__); break;                      \
+    case 3: K(wt, 3, __VA_ARGS__); break;                      \
+    default: K(wt, RN, __VA_ARGS__); break;                    \
+    }
+
+#define DEFINE_FORMAT(name, wt)                                                        \
+    static float name##_vec_dot(const void *w, const void *x, int64_t n)               \
+    {                                                                                  \
+        return row_dot(wt, w, x, n);                                                   \
+    }                                                                                  \
+    static void name##_prep(const void *xq, void *dst, int64_t n)                      \
+    {                                                                                  \
+        prep_row(wt, xq, dst, n);                                                      \
+    }                                                                                  \
+    static void name##_kernel_avx2(const wpack *wp, int kb, const uint8_t *x,          \
+                                   size_t xs, int rn, __m256 *acc)                     \
+    {                                                                                  \
+        KERNEL_SWITCH(kernel_avx2, wt, rn, wp, kb, x, xs, acc)                         \
+    }                                                                                  \
+    VNNI static void name##_kernel_vnni(const wpack *wp, int kb, const uint8_t *x,     \
+                                        size_t xs, int rn, __m256 *acc)                \
+    {                                                                                  \
+        KERNEL_SWITCH(kernel_vnni, wt, rn, wp, kb, x, xs, acc)                         \
+    }                                                                                  \
+    static void name##_rows8_avx2(int64_t n, const uint8_t *w, size_t ws, int nr,      \
+                                  const uint8_t *x, float *y)                          \
+    {                                                                                  \
+        rows8_avx2(wt, n, w, ws, nr, x, y);                                            \
+    }                                                                                  \
+    VNNI static void name##_rows8_vnni(int64_t n, const uint8_t *w, size_t ws, int nr, \
+                                       const uint8_t *x, float *y)                     \
+    {                                                                                  \
+        rows8_vnni(wt, n, w, ws, nr, x, y);                                            \
+    }                                                                                  \
+    static void name##_tile(int64_t n, const void *w, size_t ws, int n_w,              \
+                            const void *x, size_t xs, int n_x, float *y, size_t ldy)   \
+    {                                                                                  \
+        tile_packed(wt, name##_kernel_avx2, name##_rows8_avx2, n, w, ws, n_w, x, xs,   \
+                    n_x, y, ldy);                                                      \
+    }                                                                                  \
+    static void name##_tile_vnni(int64_t n, const void *w, size_t ws, int n_w,         \
+                                 const void *x, size_t xs, int n_x, float *y,          \
+                                 size_t ldy)                                           \
+    {                                                                                  \
+        tile_packed(wt, name##_kernel_vnni, name##_rows8_vnni, n, w, ws, n_w, x, xs,   \
+                    n_x, y, ldy);                                                      \
+    }
+
+DEFINE_FORMAT(q4_0, W_Q4_0)
+DEFINE_FORMAT(q4_1, W_Q4_1)
+DEFINE_FORMAT(q5_0, W_Q5_0)
+DEFINE_FORMAT(q5_1, W_Q5_1)
+
+/* ---- Q8_0 ---------------------------------------------------------------------- */
+
+enum { Q8_RM = 1, Q8_RN = 8 };
+
+static float q8_0_vec_dot(const void *w, const void *x, int64_t n)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        const block_q8_0 *wk = (const block_q8_0 *)w + b, *xk = (const block_q8_0 *)x + b;
+        const __m256i q = _mm256_loadu_si256((const __m256i *)wk->qs);
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)xk->qs);
+        const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xv, q));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wk->d) * h2f(xk->d)),
+                              _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* tile_x_prep: the bytes, then d as a float. */
+static void q8_0_prep(const void *xq, void *dst, int64_t n)
+{
+    for (int64_t b = 0; b < n / 32; b++) {
+        const block_q8_0 *xk = (const block_q8_0 *)xq + b;
+        uint8_t *o = (uint8_t *)dst + (size_t)b * 36;
+        memcpy(o, xk->qs, 32);
+        const float d = h2f(xk->d);
+        memcpy(o + 32, &d, sizeof d);
+    }
+}
+
+/* MR weight rows by NR prepared activation rows.  DOT(u, s): 8 sums of 4
+ * products of unsigned u and signed s bytes.  The empty asm keeps the
+ * compiler from turning the vector product of two broadcasts into a scalar
+ * product and a broadcast per output (one instruction more). */
+#define DEFINE_Q8_KERNEL(NAME, ATTR, DOT)                                                  \
+    ATTR INLINE void NAME(int MR, int NR, int64_t nb, const uint8_t *w, size_t ws,         \
+                          const uint8_t *x, size_t xs, float *y, size_t ldy)               \
+    {                                                                                      \
+        __m256 acc[Q8_RM][Q8_RN];                                                          \
+        UNROLL for (int i = 0; i < MR; i++)                                                \
+            UNROLL for (int j = 0; j < NR; j++)                                            \
+                acc[i][j] = _mm256_setzero_ps();                                           \
+        for (int64_t b = 0; b < nb; b++) {                                                 \
+            __m256i aw[Q8_RM];                                                             \
+            __m256 dw[Q8_RM];                                                              \
+            const block_q8_0 *wk[Q8_RM];                                                   \
+            UNROLL for (int i = 0; i < MR; i++) {                                          \
+                wk[i] = (const block_q8_0 *)(w + (size_t)i * ws) + b;                      \
+                aw[i] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)wk[i]->qs));   \
+                dw[i] = _mm256_set1_ps(h2f(wk[i]->d));                                     \
+            }                                                                              \
+            UNROLL for (int j = 0; j < NR; j++) {                                          \
+                const uint8_t *xk = x + (size_t)j * xs + (size_t)b * 36;                   \
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)xk);                \
+                __m256 dxv = _mm256_set1_ps(load_f32(xk + 32));                            \
+                __asm__("" : "+x"(dxv));                                                   \
+                UNROLL for (int i = 0; i < MR; i++) {                                      \
+                    const __m256i sx = _mm256_sign_epi8(                                   \
+                        xv, _mm256_loadu_si256((const __m256i *)wk[i]->qs));               \
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw[i], dxv),                 \
+                                                _mm256_cvtepi32_ps(DOT(aw[i], sx)),        \
+                                                acc[i][j]);                                \
+                }                                                                          \
+            }                                                                              \
+        }                                                                                  \
+        UNROLL for (int i = 0; i < MR; i++)                                                \
+            UNROLL for (int j = 0; j < NR; j++)                                            \
+                y[(size_t)j * ldy + i] = hsum_ps(acc[i][j]);                               \
+    }
+
+INLINE __m256i dot_avx2(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+VNNI INLINE __m256i dot_vnni(__m256i u, __m256i s)
+{
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+}
+
+DEFINE_Q8_KERNEL(q8_kernel_avx2, , dot_avx2)
+DEFINE_Q8_KERNEL(q8_kernel_vnni, VNNI, dot_vnni)
+
+#define Q8_CASE(K, a, c)                                                            \
+    case (a) * 16 + (c):                                                            \
+        if ((a) <= Q8_RM && (c) <= Q8_RN)                                           \
+            K(a, c, nb, wp, ws, xp, xs, y + (size_t)j0 * ldy + i0, ldy);            \
+        break;
+
+#define DEFINE_Q8_TILE(NAME, ATTR, K)                                               \
+    ATTR static void NAME(int64_t n, const void *w, size_t ws, int n_w,            \
+                          const void *x, size_t xs, int n_x, float *y, size_t ldy) \
+    {                                                                               \
+        const int64_t nb = n / 32;                                                  \
+        for (int j0 = 0; j0 < n_x; j0 += Q8_RN) {                                   \
+            const int rn = n_x - j0 < Q8_RN ? n_x - j0 : Q8_RN;                     \
+            const uint8_t *xp = (const uint8_t *)x + (size_t)j0 * xs;               \
+            for (int i0 = 0; i0 < n_w; i0 += Q8_RM) {                               \
+                const int rm = n_w - i0 < Q8_RM ? n_w - i0 : Q8_RM;                 \
+                const uint8_t *wp = (const uint8_t *)w + (size_t)i0 * ws;           \
+                switch (rm * 16 + rn) {                                             \
+                Q8_CASE(K, 1, 1) Q8_CASE(K, 1, 2) Q8_CASE(K, 1, 3) Q8_CASE(K, 1, 4) \
+                Q8_CASE(K, 1, 5) Q8_CASE(K, 1, 6) Q8_CASE(K, 1, 7) Q8_CASE(K, 1, 8) \
+                default: break;                                                     \
+                }                                                                   \
+            }                                                                       \
+        }                                                                           \
+    }
+
+DEFINE_Q8_TILE(q8_0_tile, , q8_kernel_avx2)
+DEFINE_Q8_TILE(q8_0_tile_vnni, VNNI, q8_kernel_vnni)
+
+/* ---- registration ------------------------------------------------------------- */
+
+void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni)
+{
+#define SET(tt, name, prep_bytes)                                                    \
+    do {                                                                             \
+        table[tt].vec_dot = name##_vec_dot;                                          \
+        table[tt].vec_dot_tile = use_vnni ? name##_tile_vnni : name##_tile;          \
+        table[tt].tile_x_block_bytes = prep_bytes;                                   \
+        table[tt].tile_x_prep = name##_prep;                                         \
+    } while (0)
+    SET(TT_Q4_0, q4_0, XP_BYTES);
+    SET(TT_Q4_1, q4_1, XP_BYTES);
+    SET(TT_Q5_0, q5_0, XP_BYTES);
+    SET(TT_Q5_1, q5_1, XP_BYTES);
+    SET(TT_Q8_0, q8_0, 36);
+#undef SET
+}
