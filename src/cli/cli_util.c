@@ -56,3 +56,29 @@ int cli_parse_ids(const char *s, int32_t **out)
 }
 
 int cli_default_threads(void) { return os_n_physical_cores(); }
+
+char *cli_read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0, got;
+    char *buf = rc_malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = rc_realloc(buf, cap * 2);
+            if (!nb) {
+                rc_free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
+}

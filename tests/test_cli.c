@@ -1,0 +1,235 @@
+/* test_cli.c - the racimo command end to end: real processes on a model
+ * made by the project's writer.  `chat` is driven through a pseudo terminal
+ * (forkpty) the way a person types: lines, Ctrl-C during an answer, Ctrl-D.
+ * The binary comes from $RACIMO_BIN (set by the Makefile). */
+#include "test.h"
+#include "model_util.h"
+#include "tensor/types.h"
+
+#include <errno.h>
+#include <poll.h>
+#if defined(__APPLE__)
+#include <util.h>
+#else
+#include <pty.h>
+#endif
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *bin(void)
+{
+    const char *b = getenv("RACIMO_BIN");
+    if (!b)
+        SKIP("RACIMO_BIN is not set (run through make test)");
+    return b;
+}
+
+/* Runs a shell command, returns its exit status and stdout+stderr. */
+static int run(const char *cmd, char *out, size_t cap)
+{
+    char full[4096];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+TEST(cli_run_streams_and_reports)
+{
+    const char *mpath = test_make_model("tiny", TT_Q8_0, NULL);
+    char cmd[16384], out[65536];
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'the quick brown fox' -n 12 --temp 0 -t 1", bin(), mpath);
+    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    CHECK(strstr(out, "generation: 12 tokens") != NULL);
+    CHECK(strstr(out, "prompt: ") != NULL && strstr(out, "tokens/s") != NULL);
+    /* greedy is reproducible */
+    char out2[65536];
+    CHECK_INT(run(cmd, out2, sizeof out2), ==, 0);
+    CHECK(!strncmp(out, out2, (size_t)(strstr(out, "\nprompt:") - out)));
+    /* a seeded sample too */
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'hello' -n 8 --temp 1 --seed 42 -t 1", bin(), mpath);
+    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    CHECK_INT(run(cmd, out2, sizeof out2), ==, 0);
+    CHECK(!strncmp(out, out2, (size_t)(strstr(out, "\nprompt:") - out)));
+    CHECK(strstr(out, "seed 42") != NULL);
+}
+
+TEST(cli_errors_are_one_line)
+{
+    const char *mpath = test_make_model("tiny", TT_F32, NULL);
+    char cmd[16384], out[8192];
+    struct { const char *args; const char *want; } cases[] = {
+        { "run -m /nonexistent.gguf -p hi", "/nonexistent.gguf: cannot open" },
+        { "run -m /etc/hostname -p hi", "magic" },
+        { "run -m MODEL -p hi -c 8 -f /nonexistent", "cannot read prompt file" },
+        { "run -m MODEL -f /etc/services -c 64", "context" },
+        { "run -m MODEL -p hi --temp abc", "--temp wants a number" },
+        { "tokenize -m MODEL", "usage" },
+        { "frobnicate", "unknown command" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[4096];
+        const char *m = strstr(cases[i].args, "MODEL");
+        if (m)
+            snprintf(args, sizeof args, "%.*s%s%s", (int)(m - cases[i].args), cases[i].args, mpath, m + 5);
+        else
+            snprintf(args, sizeof args, "%s", cases[i].args);
+        snprintf(cmd, sizeof cmd, "%s %s", bin(), args);
+        int st = run(cmd, out, sizeof out);
+        if (st == 0 || !strstr(out, cases[i].want))
+            FAIL("'%s': status %d, output '%s' lacks '%s'", args, st, out, cases[i].want);
+    }
+}
+
+TEST(cli_tokenize_roundtrip)
+{
+    const char *mpath = test_make_model("tiny", TT_F32, NULL);
+    char cmd[16384], out[8192], ids[4096];
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --json 'the end, señor'", bin(), mpath);
+    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    CHECK(out[0] == '[');
+    snprintf(ids, sizeof ids, "%.4000s", out);
+    ids[strcspn(ids, "\n")] = '\0';
+    snprintf(cmd, sizeof cmd, "%s detokenize -m %s '%s'", bin(), mpath, ids);
+    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    CHECK(strstr(out, "the end, señor") != NULL);
+    /* special tokens only with --special */
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --no-bos --special '<|eot_id|>'", bin(), mpath);
+    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    CHECK_STR(out, "511\n");
+}
+
+TEST(cli_template_prints_prompt)
+{
+    const char *mpath = test_make_model("tiny", TT_F32, NULL);
+    char path[1024], cmd[2048], out[8192];
+    snprintf(path, sizeof path, "%s/messages.json", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    fputs("[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hola\"}]", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s template -m %s --messages %s", bin(), mpath, path);
+    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    CHECK_STR(out, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                   "<|start_header_id|>user<|end_header_id|>\n\nHola<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    snprintf(cmd, sizeof cmd, "%s template -m %s --messages %s --no-generation-prompt", bin(), mpath, path);
+    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    CHECK(strstr(out, "assistant") == NULL);
+    /* --chat-template-file overrides the model's */
+    char tpl[512];
+    snprintf(tpl, sizeof tpl, "%s/t.jinja", test_tmpdir());
+    f = fopen(tpl, "w");
+    fputs("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s template -m %s --messages %s --chat-template-file %s", bin(), mpath, path, tpl);
+    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    CHECK_STR(out, "[system] Be brief.\n[user] Hola\n");
+}
+
+/* ---- chat through a pseudo terminal ---- */
+
+typedef struct { int fd; char buf[1 << 16]; size_t len; } term;
+
+/* Reads until `want` appears in what was read since `from`, or timeout. */
+static int expect(term *t, size_t from, const char *want, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 50) {
+        t->buf[t->len] = '\0';
+        if (strstr(t->buf + from, want))
+            return 1;
+        struct pollfd p = { t->fd, POLLIN, 0 };
+        if (poll(&p, 1, 50) > 0) {
+            ssize_t n = read(t->fd, t->buf + t->len, sizeof t->buf - 1 - t->len);
+            if (n > 0)
+                t->len += (size_t)n;
+            else if (n <= 0 && errno != EINTR && errno != EAGAIN) {
+                usleep(50 * 1000);       /* the other side closed: wait, not spin */
+                return 0;
+            }
+        }
+        if (t->len > sizeof t->buf - 4096) {   /* keep the tail */
+            size_t shift = t->len / 2;
+            memmove(t->buf, t->buf + shift, t->len - shift);
+            t->len -= shift;
+            from = from > shift ? from - shift : 0;
+        }
+    }
+    t->buf[t->len] = '\0';
+    return strstr(t->buf + from, want) != NULL;
+}
+
+TEST_T(cli_chat_in_a_terminal, 120)
+{
+    const char *mpath = test_make_model("tiny", TT_Q8_0, NULL);
+    const char *b = bin();
+    term t = { 0 };
+    pid_t pid = forkpty(&t.fd, NULL, NULL, NULL);
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        execl(b, b, "chat", "-m", mpath, "--system", "You are terse.", "--temp", "0",
+              "-t", "1", "-c", "2048", "--timings", (char *)NULL);
+        _exit(127);
+    }
+    if (!expect(&t, 0, "> ", 20000))
+        FAIL("no prompt; terminal shows: %s", t.buf);
+    /* turn 1: a short answer (-n is not set: the model runs until it is
+     * stopped, so stop it with Ctrl-C once text arrives) */
+    size_t mark = t.len;
+    CHECK(write(t.fd, "hello there\r", 12) == 12);
+    if (!expect(&t, mark, "hello there\r\n", 5000))
+        FAIL("input not echoed: %s", t.buf + mark);
+    size_t answer = t.len;
+    for (int i = 0; i < 200 && t.len < answer + 64; i++)   /* the answer streams */
+        expect(&t, answer, "\x01\x02never", 50);
+    CHECK(t.len >= answer + 64);
+    CHECK(write(t.fd, "\x03", 1) == 1);            /* Ctrl-C: stop the answer */
+    if (!expect(&t, mark, "(stopped)", 20000))
+        FAIL("Ctrl-C did not stop the answer: %s", t.buf + mark);
+    if (!expect(&t, mark, "generation: ", 5000))
+        FAIL("no timings: %s", t.buf + mark);
+    if (!expect(&t, mark, "\n> ", 5000))
+        FAIL("no prompt after the stopped answer: %s", t.buf + mark);
+    /* turn 2: the conversation so far is reused from the KV cache */
+    mark = t.len;
+    CHECK(write(t.fd, "and again\r", 10) == 10);
+    if (!expect(&t, mark, "and again\r\n", 5000))
+        FAIL("input not echoed: %s", t.buf + mark);
+    answer = t.len;
+    for (int i = 0; i < 200 && t.len < answer + 64; i++)
+        expect(&t, answer, "\x01\x02never", 50);
+    CHECK(t.len >= answer + 64);
+    CHECK(write(t.fd, "\x03", 1) == 1);
+    if (!expect(&t, mark, "reused)", 20000))
+        FAIL("no timings on turn 2: %s", t.buf + mark);
+    char *p = strstr(t.buf + mark, "prompt: ");
+    CHECK(p != NULL);
+    int n_prompt = 0, n_reused = 0;
+    CHECK(sscanf(p, "prompt: %d tokens (%d reused)", &n_prompt, &n_reused) == 2);
+    if (!(n_reused > 10 && n_reused < n_prompt))
+        FAIL("turn 2 reused %d of %d prompt tokens", n_reused, n_prompt);
+    /* Ctrl-C at the prompt does not quit; Ctrl-D does */
+    if (!expect(&t, p - t.buf, "\n> ", 5000))
+        FAIL("no prompt after turn 2: %s", p);
+    mark = t.len;
+    CHECK(write(t.fd, "\x03", 1) == 1);
+    if (!expect(&t, mark, "Ctrl-D or /bye quits", 5000))
+        FAIL("Ctrl-C at the prompt: %s", t.buf + mark);
+    if (!expect(&t, mark, "quits)\r\n> ", 5000))
+        FAIL("no prompt after Ctrl-C: %s", t.buf + mark);
+    CHECK(write(t.fd, "\x04", 1) == 1);
+    int status = 0;
+    for (int i = 0; i < 100 && waitpid(pid, &status, WNOHANG) == 0; i++) {
+        expect(&t, t.len, "\x01", 50);           /* drain output */
+    }
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        FAIL("chat did not exit on Ctrl-D: %s", t.buf + mark);
+    }
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(t.fd);
+}
