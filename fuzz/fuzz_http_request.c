@@ -1,0 +1,59 @@
+/* fuzz_http_request.c - libFuzzer target for request bodies: the JSON ->
+ * api_request conversion of every endpoint (src/api/request.c), and the
+ * tool-call parsers that read generated text.  The first byte picks the
+ * endpoint (and the tool format); the rest is the body.  Each accepted
+ * request must be internally consistent and pass api_request_check or fail
+ * it cleanly; each rejected one must carry a 4xx status and a message.
+ * libevent's HTTP parsing is libevent's: not fuzzed here.  Seeds:
+ * fuzz/corpus/http_request. */
+#include "api/request.h"
+#include "api/tool_calls.h"
+#include "base/mem.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    int kind = data[0] % 4;
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+    api_request r;
+    api_error e;
+    if (api_request_parse(kind, body, len, &r, &e) == 0) {
+        if (!r.model || !r.model[0])
+            abort();
+        if ((kind == API_OPENAI_CHAT || kind == API_OLLAMA_CHAT) && !json_array_size(r.messages))
+            abort();
+        if (r.n_stops < 0 || r.n_stops > API_MAX_STOPS || r.top_logprobs < 0 ||
+            r.top_logprobs > API_MAX_TOP_LOGPROBS || r.max_tokens < 0 || r.n_bias != r.sampling.n_bias)
+            abort();
+        api_error ce;
+        if (api_request_check(&r, 512, 256, &ce) && (ce.status != 400 || !ce.message[0]))
+            abort();
+        api_request_free(&r);
+    } else if (e.status < 400 || e.status >= 600 || !e.message[0]) {
+        abort();
+    }
+    /* the same bytes as generated text, for each tool-call format */
+    int fmt = 1 + data[0] / 4 % 3;
+    bool marker = data[0] & 0x80;
+    json_t *calls = NULL;
+    char *content = NULL;
+    int n = tool_calls_parse(fmt, marker, body, len, &calls, &content);
+    if (n > 0) {
+        if ((size_t)n != json_array_size(calls) || !content)
+            abort();
+        json_decref(calls);
+        rc_free(content);
+    }
+    size_t safe = tool_calls_safe_prefix(fmt, marker, body, len);
+    if (safe > len)
+        abort();
+    return 0;
+}

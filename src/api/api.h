@@ -1,0 +1,76 @@
+/* api.h - the HTTP API server: OpenAI (/v1/...) and Ollama (/api/...)
+ * endpoints, health, cluster state and metrics, over the models of a
+ * registry (registry.h).
+ *
+ * One libevent event loop (evhttp) on the thread that calls api_server_run
+ * handles every connection; each loaded model has its own engine thread
+ * (continuous batching).  Engine callbacks never block on a client: they
+ * append to a per-request mailbox under a mutex and wake the event loop,
+ * which writes to the sockets.  A client that goes away cancels its
+ * sequence at once.  Listens on 127.0.0.1 unless told otherwise.
+ */
+#ifndef RC_API_H
+#define RC_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct {
+    const char *host;                 /* default "127.0.0.1" */
+    int port;                         /* default 8080; 0 = any free port */
+    const char *const *model_paths;   /* -m: loaded at start */
+    int n_model_paths;
+    const char *models_dir;           /* NULL: $RACIMO_MODELS_DIR or ~/.racimo/models */
+    const char *ro_dirs;              /* NULL: $RACIMO_MODELS_READ_ONLY_DIRS */
+    const char *template_file;        /* NULL, or a chat template for every model */
+    int parallel;                     /* sequences per model (default 4) */
+    int ctx_size;                     /* tokens per sequence (default 4096) */
+    int batch;                        /* rows per forward pass (default 512) */
+    int threads;                      /* per model (default: physical cores) */
+    int queue;                        /* waiting requests per model beyond the
+                                         sequences (default 64); more get 429 */
+    const char *const *api_keys;      /* none: no authentication */
+    int n_api_keys;
+    const char *const *cors_origins;  /* none: no CORS headers; "*" any */
+    int n_cors_origins;
+    size_t max_body_bytes;            /* default 8 MiB */
+    int timeout_s;                    /* idle read/write timeout (default 30) */
+    bool log_content;                 /* prompts and answers in the access log */
+    const char *access_log;           /* NULL: none; "-": standard output */
+    bool handle_signals;              /* SIGINT/SIGTERM stop the loop */
+    struct cluster *cluster;          /* NULL: standalone; else GET /v1/cluster answers its
+                                         view and the models served are published to it
+                                         (cluster/cluster.h); must outlive the server */
+} api_config;
+
+void api_config_default(api_config *c);
+
+typedef struct api_server api_server;
+
+/* Binds the socket, scans the models and starts loading the -m ones.
+ * Returns 0, or a negative code with rc_errmsg() (address in use, a -m
+ * file missing, the access log not writable...).  The config's strings and
+ * arrays must outlive the server. */
+int  api_server_new(const api_config *cfg, api_server **out);
+
+/* The port actually bound (useful with port 0). */
+int  api_server_port(const api_server *s);
+
+/* Runs the event loop until api_server_stop (or a signal, with
+ * handle_signals).  Returns 0 or a negative code. */
+int  api_server_run(api_server *s);
+
+/* Makes api_server_run return soon; thread safe. */
+void api_server_stop(api_server *s);
+
+/* Stops the engines (requests in flight are cancelled), closes every
+ * connection and frees everything.  Call after api_server_run returned (or
+ * without running it).  Accepts NULL. */
+void api_server_free(api_server *s);
+
+/* Parses an --api-key-file: one key per line, blank lines and lines
+ * starting with '#' ignored.  Appends rc_malloc'd strings to *keys (an
+ * rc_realloc'd array of *n).  RC_EIO when unreadable. */
+int api_read_key_file(const char *path, char ***keys, int *n);
+
+#endif

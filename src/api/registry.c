@@ -1,0 +1,426 @@
+/* registry.c - model files, their loading, and one engine thread per model.
+ *
+ * Layout: scanning folders; loading (on a loader thread per load);
+ * the engine thread; prompts (template + tokenizer); look-ups.
+ */
+#include "registry.h"
+#include "tool_calls.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/os.h"
+#include "text/chat_template.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_MODELS 4096
+
+struct api_registry {
+    registry_config cfg;
+    char *models_dir;
+    char *ro_dirs;             /* colon-separated copy */
+    char *template_override;
+    pthread_mutex_t mu;
+    api_model **models;        /* entries are never freed before registry_free */
+    int n_models, cap_models;
+    void (*on_change)(void *);
+    void *arg;
+};
+
+static char *read_text_file(const char *path)
+{
+    os_map map;
+    if (os_map_file(path, &map))
+        return NULL;
+    char *s = rc_strndup(map.data ? (const char *)map.data : "", map.size_bytes);
+    os_unmap(&map);
+    return s;
+}
+
+/* ---- scanning ---- */
+
+static api_model *find_locked(api_registry *r, const char *name, size_t len)
+{
+    for (int i = 0; i < r->n_models; i++)
+        if (strlen(r->models[i]->name) == len && !memcmp(r->models[i]->name, name, len))
+            return r->models[i];
+    return NULL;
+}
+
+/* Adds a file as a model unless its name is taken; 0 or RC_ENOMEM. */
+static int add_file(api_registry *r, const char *path, bool read_only, bool preload)
+{
+    struct stat st;
+    if (stat(path, &st) || !S_ISREG(st.st_mode))
+        return rc_fail(RC_EIO, "%s: not a readable file", path);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t len = strlen(base);
+    if (len > 5 && !strcmp(base + len - 5, ".gguf"))
+        len -= 5;
+    api_model *m = find_locked(r, base, len);
+    if (m) {
+        if (m->state == MODEL_AVAILABLE && !strcmp(m->path, path)) {
+            m->size_bytes = (uint64_t)st.st_size;
+            m->mtime = st.st_mtime;
+        }
+        return 0;
+    }
+    if (r->n_models >= MAX_MODELS)
+        return 0;
+    if (r->n_models == r->cap_models) {
+        int cap = r->cap_models ? r->cap_models * 2 : 16;
+        api_model **nm = rc_realloc(r->models, (size_t)cap * sizeof *nm);
+        if (!nm)
+            return RC_ENOMEM;
+        r->models = nm;
+        r->cap_models = cap;
+    }
+    if (!(m = rc_calloc(1, sizeof *m)))
+        return RC_ENOMEM;
+    m->name = rc_strndup(base, len);
+    m->path = rc_strdup(path);
+    if (!m->name || !m->path) {
+        rc_free(m->name);
+        rc_free(m->path);
+        rc_free(m);
+        return RC_ENOMEM;
+    }
+    m->size_bytes = (uint64_t)st.st_size;
+    m->mtime = st.st_mtime;
+    m->read_only = read_only;
+    m->preload = preload;
+    m->reg = r;
+    m->tool_marker = -1;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    r->models[r->n_models++] = m;
+    return 0;
+}
+
+static void scan_dir(api_registry *r, const char *dir, bool read_only)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    char path[4096];
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (de->d_name[0] == '.' || len <= 5 || strcmp(de->d_name + len - 5, ".gguf"))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        add_file(r, path, read_only, false);
+    }
+    closedir(d);
+}
+
+void registry_rescan(api_registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    if (r->models_dir)
+        scan_dir(r, r->models_dir, false);
+    if (r->ro_dirs) {
+        char *copy = rc_strdup(r->ro_dirs), *save = NULL;
+        for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir;
+             dir = strtok_r(NULL, ":", &save))
+            scan_dir(r, dir, true);
+        rc_free(copy);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+int registry_new(const registry_config *cfg, void (*on_change)(void *), void *arg,
+                 api_registry **out)
+{
+    *out = NULL;
+    api_registry *r = rc_calloc(1, sizeof *r);
+    if (!r)
+        return rc_fail(RC_ENOMEM, "out of memory");
+    r->cfg = *cfg;
+    r->on_change = on_change;
+    r->arg = arg;
+    pthread_mutex_init(&r->mu, NULL);
+    int rc = 0;
+    const char *dir = cfg->models_dir ? cfg->models_dir : getenv("RACIMO_MODELS_DIR");
+    char home_dir[4096];
+    if (!dir && getenv("HOME")) {
+        snprintf(home_dir, sizeof home_dir, "%s/.racimo/models", getenv("HOME"));
+        dir = home_dir;
+    }
+    const char *ro = cfg->ro_dirs ? cfg->ro_dirs : getenv("RACIMO_MODELS_READ_ONLY_DIRS");
+    if ((dir && !(r->models_dir = rc_strdup(dir))) || (ro && !(r->ro_dirs = rc_strdup(ro)))) {
+        rc = rc_fail(RC_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (cfg->template_file && !(r->template_override = read_text_file(cfg->template_file))) {
+        rc = rc_fail(RC_EIO, "cannot read chat template %s", cfg->template_file);
+        goto fail;
+    }
+    for (int i = 0; i < cfg->n_paths; i++)
+        if ((rc = add_file(r, cfg->paths[i], false, true)))
+            goto fail;
+    registry_rescan(r);
+    *out = r;
+    return 0;
+fail:
+    registry_free(r);
+    return rc;
+}
+
+/* ---- loading ---- */
+
+static void unload(api_model *m)
+{
+    engine_free(m->eng);
+    m->eng = NULL;
+    lm_close(&m->lm);
+}
+
+static void *engine_thread(void *arg)
+{
+    api_model *m = arg;
+    for (;;) {
+        pthread_mutex_lock(&m->mu);
+        bool stop = m->stop;
+        m->work = false;
+        pthread_mutex_unlock(&m->mu);
+        if (stop)
+            break;
+        int rc;
+        while ((rc = engine_step(m->eng)) > 0) {
+            pthread_mutex_lock(&m->mu);
+            stop = m->stop;
+            pthread_mutex_unlock(&m->mu);
+            if (stop)
+                return NULL;
+        }
+        if (rc < 0)
+            rc_log(LOG_ERROR, "model %s: %s", m->name, rc_errmsg());
+        /* idle: sleep until a submit, a cancel or the end */
+        pthread_mutex_lock(&m->mu);
+        while (!m->work && !m->stop)
+            pthread_cond_wait(&m->cv, &m->mu);
+        pthread_mutex_unlock(&m->mu);
+    }
+    return NULL;
+}
+
+static int load_model(api_registry *r, api_model *m)
+{
+    int rc;
+    if ((rc = lm_open(&m->lm, m->path, true, r->template_override)))
+        return rc;
+    m->tool_format = tool_format_detect(m->lm.template_src);
+    m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]") : -1;
+    lm_prefault(&m->lm, NULL, NULL);
+    m->ep = r->cfg.engine;
+    if (m->lm.m->hp.n_ctx_train > 0 && m->ep.n_ctx > m->lm.m->hp.n_ctx_train)
+        m->ep.n_ctx = m->lm.m->hp.n_ctx_train;
+    if (m->ep.n_batch > m->ep.n_ctx)
+        m->ep.n_batch = m->ep.n_ctx;
+    if ((rc = engine_new(m->lm.m, m->lm.tok, &m->ep, &m->eng)))
+        return rc;
+    m->stop = m->work = false;
+    if (pthread_create(&m->thread, NULL, engine_thread, m))
+        return rc_fail(RC_ENOMEM, "cannot start the engine thread of %s", m->name);
+    m->thread_started = true;
+    return 0;
+}
+
+static void *loader_thread(void *arg)
+{
+    api_model *m = arg;
+    api_registry *r = m->reg;
+    uint64_t t0 = os_now_ns();
+    rc_log(LOG_INFO, "loading model %s from %s", m->name, m->path);
+    int rc = load_model(r, m);
+    char msg[256] = "";
+    if (rc) {
+        snprintf(msg, sizeof msg, "%s", rc_errmsg());
+        rc_log(LOG_ERROR, "model %s failed to load: %s", m->name, msg);
+        unload(m);
+    } else {
+        rc_log(LOG_INFO, "model %s ready in %.1f s (%d sequences of %d tokens)", m->name,
+               (double)(os_now_ns() - t0) * 1e-9, m->ep.n_seq, m->ep.n_ctx);
+    }
+    pthread_mutex_lock(&r->mu);
+    m->state = rc ? MODEL_FAILED : MODEL_READY;
+    snprintf(m->error, sizeof m->error, "%s", msg);
+    m->load_s = (double)(os_now_ns() - t0) * 1e-9;
+    m->t_loaded_ns = os_now_ns();
+    pthread_mutex_unlock(&r->mu);
+    if (r->on_change)
+        r->on_change(r->arg);
+    return NULL;
+}
+
+int registry_load(api_registry *r, api_model *m)
+{
+    pthread_mutex_lock(&r->mu);
+    if (m->state == MODEL_AVAILABLE || m->state == MODEL_FAILED) {
+        if (m->loader_started) {           /* a finished earlier attempt */
+            pthread_join(m->loader, NULL);
+            m->loader_started = false;
+        }
+        m->state = MODEL_LOADING;
+        if (pthread_create(&m->loader, NULL, loader_thread, m) == 0) {
+            m->loader_started = true;
+        } else {
+            m->state = MODEL_FAILED;
+            snprintf(m->error, sizeof m->error, "cannot start a loader thread");
+        }
+    }
+    int state = m->state;
+    pthread_mutex_unlock(&r->mu);
+    return state;
+}
+
+void registry_load_initial(api_registry *r)
+{
+    int n = 0;
+    api_model **list = registry_list(r, &n);
+    for (int i = 0; i < n; i++)
+        if (list[i]->preload)
+            registry_load(r, list[i]);
+    rc_free(list);
+}
+
+int registry_state(api_registry *r, api_model *m, char *error, size_t cap)
+{
+    pthread_mutex_lock(&r->mu);
+    int s = m->state;
+    if (error && cap)
+        snprintf(error, cap, "%s", s == MODEL_FAILED ? m->error : "");
+    pthread_mutex_unlock(&r->mu);
+    return s;
+}
+
+bool registry_any_loading(api_registry *r)
+{
+    bool any = false;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n_models; i++)
+        any |= r->models[i]->state == MODEL_LOADING;
+    pthread_mutex_unlock(&r->mu);
+    return any;
+}
+
+void registry_free(api_registry *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->n_models; i++) {
+        api_model *m = r->models[i];
+        if (m->loader_started)
+            pthread_join(m->loader, NULL);
+        if (m->thread_started) {
+            pthread_mutex_lock(&m->mu);
+            m->stop = true;
+            pthread_cond_signal(&m->cv);
+            pthread_mutex_unlock(&m->mu);
+            pthread_join(m->thread, NULL);
+        }
+        unload(m);
+        pthread_mutex_destroy(&m->mu);
+        pthread_cond_destroy(&m->cv);
+        rc_free(m->name);
+        rc_free(m->path);
+        rc_free(m);
+    }
+    rc_free(r->models);
+    rc_free(r->models_dir);
+    rc_free(r->ro_dirs);
+    rc_free(r->template_override);
+    pthread_mutex_destroy(&r->mu);
+    rc_free(r);
+}
+
+/* ---- look-ups ---- */
+
+api_model *registry_find(api_registry *r, const char *name)
+{
+    size_t len = strlen(name);
+    if (len > 7 && !strcmp(name + len - 7, ":latest"))
+        len -= 7;
+    for (int pass = 0; pass < 2; pass++) {
+        pthread_mutex_lock(&r->mu);
+        api_model *m = find_locked(r, name, len);
+        pthread_mutex_unlock(&r->mu);
+        if (m || pass)
+            return m;
+        registry_rescan(r);
+    }
+    return NULL;
+}
+
+api_model **registry_list(api_registry *r, int *n)
+{
+    pthread_mutex_lock(&r->mu);
+    api_model **list = rc_calloc((size_t)(r->n_models ? r->n_models : 1), sizeof *list);
+    *n = 0;
+    if (list && r->n_models) {
+        memcpy(list, r->models, (size_t)r->n_models * sizeof *list);
+        *n = r->n_models;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return list;
+}
+
+/* ---- engine and prompts ---- */
+
+void registry_wake(api_model *m)
+{
+    pthread_mutex_lock(&m->mu);
+    m->work = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+int registry_submit(api_model *m, gen_request *g)
+{
+    int rc = engine_submit(m->eng, g);
+    if (rc == 0)
+        registry_wake(m);
+    return rc;
+}
+
+/* The engine counts positions in int; a prompt past that is refused. */
+static int checked_count(int rc, int32_t **ids, size_t n_ids, int *n)
+{
+    if (rc)
+        return rc;
+    if (n_ids > (size_t)INT32_MAX / 2) {
+        rc_free(*ids);
+        *ids = NULL;
+        return rc_fail(RC_ELIMIT, "the prompt is too long");
+    }
+    *n = (int)n_ids;
+    return 0;
+}
+
+int registry_chat_prompt(const api_model *m, const json_t *messages, const json_t *tools,
+                         int32_t **ids, int *n)
+{
+    char *text = NULL;
+    size_t n_ids = 0;
+    int rc = lm_render(&m->lm, messages, tools, true, &text);
+    if (rc)
+        return rc_wrap(rc, "chat template: ");
+    rc = lm_tokenize(&m->lm, text, true, ids, &n_ids);
+    rc = checked_count(rc, ids, n_ids, n);
+    rc_free(text);
+    return rc;
+}
+
+int registry_text_prompt(const api_model *m, const char *text, bool special, int32_t **ids,
+                         int *n)
+{
+    size_t n_ids = 0;
+    int rc = lm_tokenize(&m->lm, text, special, ids, &n_ids);
+    return checked_count(rc, ids, n_ids, n);
+}

@@ -1,0 +1,129 @@
+/* registry.h - the models a server can serve, loaded on first use.
+ *
+ * Models are GGUF files found in the models folder (RACIMO_MODELS_DIR,
+ * default ~/.racimo/models), in read-only folders
+ * (RACIMO_MODELS_READ_ONLY_DIRS, colon-separated; only ever read), or given
+ * by path (-m).  A model's name is its file name without ".gguf"; a request
+ * may add Ollama's ":latest" tag.  When two files have the same name the
+ * first wins: paths given by -m, then the models folder, then the read-only
+ * folders in order.
+ *
+ * Life of a model: AVAILABLE (a file) -> LOADING (a loader thread maps it,
+ * loads the tokenizer and template, binds the weights, builds an engine) ->
+ * READY (an engine thread runs engine_step while there is work and sleeps
+ * otherwise) or FAILED (the error is kept; the next request retries).  The
+ * registry calls `on_change` from the loader thread after each load ends,
+ * so the server can start the requests that waited.
+ *
+ * Thread safety: the model list and states are guarded by the registry's
+ * mutex; registry_* functions may be called from any thread.  A READY
+ * model's fields (tokenizer, template, engine) are read-only until
+ * registry_free.
+ */
+#ifndef RC_API_REGISTRY_H
+#define RC_API_REGISTRY_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "infer/engine.h"
+#include "infer/lm.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+
+enum model_state { MODEL_AVAILABLE, MODEL_LOADING, MODEL_READY, MODEL_FAILED };
+
+typedef struct api_model {
+    char *name;                /* file name without .gguf */
+    char *path;
+    uint64_t size_bytes;
+    time_t mtime;
+    bool read_only;            /* found in a read-only folder */
+    bool preload;              /* given with -m: loads at start */
+    struct api_registry *reg;
+    int state;                 /* enum model_state (registry mutex) */
+    char error[256];           /* why the last load failed */
+    uint64_t t_loaded_ns;      /* when it became READY */
+    double load_s;             /* seconds the load took */
+    /* READY: */
+    lm lm;                     /* weights, tokenizer, chat template */
+    int tool_format;           /* enum tool_format of the template */
+    int32_t tool_marker;       /* Mistral [TOOL_CALLS] token id, or -1 */
+    engine *eng;
+    engine_params ep;
+    /* the engine thread */
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool work, stop;
+    pthread_t loader;
+    bool loader_started;
+} api_model;
+
+typedef struct {
+    const char *const *paths;  /* -m files, loaded at start */
+    int n_paths;
+    const char *models_dir;    /* NULL: $RACIMO_MODELS_DIR or ~/.racimo/models */
+    const char *ro_dirs;       /* NULL: $RACIMO_MODELS_READ_ONLY_DIRS */
+    const char *template_file; /* NULL, or a chat template for every model */
+    engine_params engine;      /* per model; n_ctx is capped by the model's */
+} registry_config;
+
+typedef struct api_registry api_registry;
+
+/* Scans the folders and files.  A -m path that cannot be read fails here
+ * (RC_EIO with the path); a missing folder is not an error. */
+int  registry_new(const registry_config *cfg, void (*on_change)(void *), void *arg,
+                  api_registry **out);
+/* Stops engine threads (pending requests end GEN_CANCELLED through their
+ * callbacks), waits for loaders, frees everything.  Accepts NULL. */
+void registry_free(api_registry *r);
+
+/* Looks the folders over again for new or removed files (models in use
+ * stay).  Thread safe. */
+void registry_rescan(api_registry *r);
+
+/* The model called `name` (also "name:latest"), rescanning once when it is
+ * not known; NULL if there is none.  The pointer stays valid until
+ * registry_free. */
+api_model *registry_find(api_registry *r, const char *name);
+
+/* Starts loading a model that is AVAILABLE or FAILED; returns its state
+ * afterwards (LOADING or READY). */
+int registry_load(api_registry *r, api_model *m);
+
+/* Starts loading every -m model (at server start). */
+void registry_load_initial(api_registry *r);
+
+int  registry_state(api_registry *r, api_model *m, char *error, size_t cap);
+bool registry_any_loading(api_registry *r);
+
+/* A snapshot of the list for listing endpoints: *n models, the array is
+ * rc_malloc'd (free with rc_free), the models themselves stay valid. */
+api_model **registry_list(api_registry *r, int *n);
+
+/* Submits to a READY model's engine and wakes its thread; engine_submit's
+ * return. */
+int registry_submit(api_model *m, gen_request *g);
+
+/* Wakes a model's engine thread (after setting a request's cancel flag). */
+void registry_wake(api_model *m);
+
+/* Renders chat messages (and tools) with the model's template and
+ * tokenizes the prompt (special tokens parsed; BOS added unless the
+ * template wrote it).  Returns 0 with *ids (rc_malloc'd) / *n, or a
+ * negative code with rc_errmsg() saying why (template errors). */
+int registry_chat_prompt(const api_model *m, const json_t *messages, const json_t *tools,
+                         int32_t **ids, int *n);
+
+/* Tokenizes raw text: special tokens parsed only when `special`; BOS added
+ * as the vocabulary asks, unless the text starts with it. */
+int registry_text_prompt(const api_model *m, const char *text, bool special, int32_t **ids,
+                         int *n);
+
+#endif

@@ -1,0 +1,101 @@
+/* request.h - HTTP request bodies (JSON) to generation requests.
+ *
+ * One parser per endpoint family turns an untrusted body into an
+ * api_request: the model name, the prompt (chat messages normalised for the
+ * chat template, or raw text / token ids), sampling settings, limits, stop
+ * strings, logprobs and tools.  Everything that can be checked without the
+ * model is checked here (types, ranges, unsupported features); what needs
+ * the model (context size, vocabulary range of logit_bias ids) is checked
+ * by api_request_check once the model is known.
+ *
+ * Nothing here touches the network or the engine, so the fuzzer drives it
+ * directly (fuzz/fuzz_http_request.c).  Errors are reported in an api_error
+ * that the handlers turn into OpenAI's {"error": {...}} or Ollama's
+ * {"error": "..."} body.
+ */
+#ifndef RC_API_REQUEST_H
+#define RC_API_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "infer/sampler.h"
+
+enum api_kind {
+    API_OPENAI_CHAT,        /* POST /v1/chat/completions */
+    API_OPENAI_COMPLETION,  /* POST /v1/completions */
+    API_OLLAMA_CHAT,        /* POST /api/chat */
+    API_OLLAMA_GENERATE     /* POST /api/generate */
+};
+
+#define API_MAX_STOPS        16
+#define API_MAX_TOP_LOGPROBS 20
+#define API_MAX_TOKENS_LIMIT (1 << 24)   /* beyond any context: "absurd" */
+#define API_MAX_BIAS         1024        /* logit_bias entries */
+#define API_MAX_MESSAGES     4096
+#define API_MAX_TOOLS        256
+
+enum api_tool_choice { TOOL_CHOICE_AUTO, TOOL_CHOICE_NONE, TOOL_CHOICE_REQUIRED };
+
+/* An error for the client: HTTP status, OpenAI error type and code, and a
+ * message that says what to fix. */
+typedef struct {
+    int  status;            /* 400, 401, 404, 413, 429, 500, 503 */
+    char type[40];          /* "invalid_request_error", ... */
+    char code[48];          /* "invalid_value", "model_not_found", ... */
+    char param[48];         /* the offending field, or "" */
+    char message[512];
+} api_error;
+
+/* Fills *e and returns -1, so a check reads `return api_fail(e, ...)`. */
+int api_fail(api_error *e, int status, const char *code, const char *param,
+             const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+typedef struct {
+    int kind;                 /* enum api_kind */
+    char *model;              /* as the client named it */
+    /* chat: messages normalised to {role, content: string, [tool_calls],
+     * [tool_call_id], [name]}, tools (NULL when none or tool_choice none) */
+    json_t *messages;
+    json_t *tools;
+    int tool_choice;          /* enum api_tool_choice */
+    /* completion / generate: text, or token ids (OpenAI only) */
+    char *prompt;
+    int32_t *prompt_ids;
+    int n_prompt_ids;
+    char *system;             /* Ollama generate: system message */
+    bool raw;                 /* Ollama generate: no template */
+    bool load_only;           /* Ollama generate without prompt: load the model */
+    bool stream;
+    bool include_usage;       /* stream_options.include_usage */
+    int max_tokens;           /* 0 = until the end or a full context */
+    sampler_params sampling;  /* bias arrays point into bias_ids/values */
+    int32_t *bias_ids;
+    float *bias_values;
+    int n_bias;
+    char *stops[API_MAX_STOPS];
+    int n_stops;
+    bool ignore_eos;          /* llama.cpp's extension: generate past end-of-text */
+    bool logprobs;            /* per-token log-probabilities wanted */
+    int top_logprobs;         /* alternatives per token (0..20) */
+} api_request;
+
+/* Parses `len` bytes of JSON for endpoint `kind` into *r (zeroed first).
+ * Returns 0, or -1 with *e filled (status 400); *r is then freed already.
+ * Ownership: on success *r owns all its strings and arrays; free it with
+ * api_request_free. */
+int  api_request_parse(int kind, const char *body, size_t len, api_request *r, api_error *e);
+void api_request_free(api_request *r);       /* accepts a zeroed request */
+
+/* The checks that need the model: logit_bias ids in [0, n_vocab), and
+ * max_tokens within the context of one sequence (n_ctx).  -1 with *e. */
+int api_request_check(const api_request *r, int n_vocab, int n_ctx, api_error *e);
+
+#endif

@@ -1,0 +1,549 @@
+/* server.c - the evhttp server: listening socket, routing, API keys, CORS,
+ * body limits, the small endpoints, start and shutdown.
+ *
+ * HTTP parsing, keep-alive, chunked encoding and timeouts are libevent's
+ * (evhttp); this file decides what each request gets.  Limits:
+ *   - headers: 64 KiB; body: --max-body (answered 413 in JSON; a body
+ *     beyond twice the limit is cut by evhttp while reading, with its own
+ *     413 page);
+ *   - --timeout seconds of silence while a request is read or an answer
+ *     written closes the connection (slow clients, slow-loris), without
+ *     disturbing anyone else: the loop never waits on one socket.
+ */
+#include "server_internal.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/os.h"
+#include "cluster/cluster.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RACIMO_VERSION "0.1.0"
+
+void api_config_default(api_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8080;
+    c->parallel = 4;
+    c->ctx_size = 4096;
+    c->batch = 512;
+    c->threads = os_n_physical_cores();
+    c->queue = 64;
+    c->max_body_bytes = (size_t)8 << 20;
+    c->timeout_s = 30;
+}
+
+bool srv_is_ollama_path(const char *path)
+{
+    return !strncmp(path, "/api/", 5);
+}
+
+/* ---- access control ---- */
+
+static bool origin_allowed(const api_server *s, const char *origin, bool *any)
+{
+    *any = false;
+    for (int i = 0; i < s->cfg.n_cors_origins; i++) {
+        if (!strcmp(s->cfg.cors_origins[i], "*")) {
+            *any = true;
+            return true;
+        }
+        if (origin && !strcmp(s->cfg.cors_origins[i], origin))
+            return true;
+    }
+    return false;
+}
+
+void srv_cors_headers(api_server *s, struct evhttp_request *req)
+{
+    if (!s->cfg.n_cors_origins)
+        return;
+    const char *origin = evhttp_find_header(evhttp_request_get_input_headers(req), "Origin");
+    bool any;
+    if (!origin || !origin_allowed(s, origin, &any))
+        return;
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Access-Control-Allow-Origin", any ? "*" : origin);
+    if (!any)
+        evhttp_add_header(h, "Vary", "Origin");
+}
+
+/* Compares in time that depends only on the lengths. */
+static bool same_secret(const char *a, size_t al, const char *b, size_t bl)
+{
+    unsigned char diff = (unsigned char)(al != bl);
+    for (size_t i = 0; i < al && i < bl; i++)
+        diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+/* 0 when the request may proceed (key_id set to "key-N" or ""). */
+static int check_key(api_server *s, struct evhttp_request *req, char *key_id, size_t cap)
+{
+    key_id[0] = '\0';
+    if (!s->cfg.n_api_keys)
+        return 0;
+    const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!auth || strncasecmp(auth, "Bearer ", 7))
+        return -1;
+    const char *given = auth + 7;
+    while (*given == ' ')
+        given++;
+    size_t gl = strlen(given);
+    int found = -1;
+    for (int i = 0; i < s->cfg.n_api_keys; i++)
+        if (same_secret(given, gl, s->cfg.api_keys[i], strlen(s->cfg.api_keys[i])) && found < 0)
+            found = i;
+    if (found < 0)
+        return -1;
+    snprintf(key_id, cap, "key-%d", found + 1);
+    return 0;
+}
+
+int api_read_key_file(const char *path, char ***keys, int *n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return rc_fail(RC_EIO, "cannot read the API key file %s: %s", path, strerror(errno));
+    char line[4096];
+    int rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *p = line, *end;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        end = p + strlen(p);
+        while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+            *--end = '\0';
+        if (!*p || *p == '#')
+            continue;
+        char **nk = rc_realloc(*keys, (size_t)(*n + 1) * sizeof *nk);
+        if (!nk || !(nk[*n] = rc_strdup(p))) {
+            if (nk)
+                *keys = nk;
+            rc = rc_fail(RC_ENOMEM, "out of memory");
+            break;
+        }
+        *keys = nk;
+        (*n)++;
+    }
+    fclose(f);
+    return rc;
+}
+
+/* ---- small endpoints ---- */
+
+static void log_request(api_server *s, struct evhttp_request *req, const char *method,
+                        const char *path, int status, const char *key_id)
+{
+    metrics_request(s->metrics, path, status);
+    if (!s->alog)
+        return;
+    char client[64] = "?";
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    if (evcon) {
+        char *addr = NULL;
+        ev_uint16_t port = 0;
+        evhttp_connection_get_peer(evcon, &addr, &port);
+        snprintf(client, sizeof client, "%s:%u", addr ? addr : "?", (unsigned)port);
+    }
+    access_entry e = { .client = client, .key_id = key_id && key_id[0] ? key_id : NULL,
+                       .method = method, .path = path, .status = status, .ttft_ms = -1 };
+    access_log_write(s->alog, &e);
+}
+
+static const char *state_name(int st)
+{
+    static const char *const names[] = { "available", "loading", "loaded", "failed" };
+    return st >= 0 && st <= MODEL_FAILED ? names[st] : "unknown";
+}
+
+static int health(api_server *s, struct evhttp_request *req)
+{
+    bool loading = registry_any_loading(s->reg);
+    http_reply_json(s, req, loading ? 503 : 200,
+                    json_pack("{s:s}", "status", loading ? "loading" : "ok"), NULL, NULL);
+    return loading ? 503 : 200;
+}
+
+static int metrics(api_server *s, struct evhttp_request *req)
+{
+    strbuf b = { 0 };
+    metrics_render(s->metrics, s->reg, &b);
+    if (sb_failed(&b)) {
+        sb_free(&b);
+        http_reply_json(s, req, 500, NULL, NULL, NULL);
+        return 500;
+    }
+    http_reply_text(s, req, 200, "text/plain; version=0.0.4; charset=utf-8", sb_cstr(&b), b.len);
+    sb_free(&b);
+    return 200;
+}
+
+/* The models this node serves (loaded), published to its cluster; the
+ * cluster sends them on only when they change. */
+static void publish_serving(api_server *s)
+{
+    if (!s->cfg.cluster)
+        return;
+    int n = 0, k = 0;
+    api_model **list = registry_list(s->reg, &n);
+    const char **names = list && n ? rc_calloc((size_t)n, sizeof *names) : NULL;
+    for (int i = 0; names && i < n; i++)
+        if (registry_state(s->reg, list[i], NULL, 0) == MODEL_READY)
+            names[k++] = list[i]->name;
+    if (names || !n)
+        cluster_set_serving(s->cfg.cluster, names, k);
+    rc_free(names);
+    rc_free(list);
+}
+
+/* This node's state; with a cluster, also the cluster's view (self,
+ * leader, quorum, nodes, links...: every node answers the same). */
+static int cluster(api_server *s, struct evhttp_request *req)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    json_t *models = json_array();
+    int n = 0;
+    api_model **list = registry_list(s->reg, &n);
+    for (int i = 0; i < n; i++) {
+        api_model *m = list[i];
+        int st = registry_state(s->reg, m, NULL, 0);
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "name", m->name, "path", m->path,
+                              "size_bytes", (json_int_t)m->size_bytes, "state", state_name(st));
+        if (o && st == MODEL_READY) {
+            engine_stats es;
+            engine_get_stats(m->eng, &es);
+            json_t *e = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I}",
+                                  "parallel", m->ep.n_seq, "ctx_size", m->ep.n_ctx,
+                                  "threads", m->ep.n_threads, "active", es.n_active,
+                                  "queued", es.n_queued, "kv_used", es.kv_used,
+                                  "kv_total", es.kv_total, "tokens_prompt",
+                                  (json_int_t)es.tokens_prompt, "tokens_cached",
+                                  (json_int_t)es.tokens_cached, "tokens_generated",
+                                  (json_int_t)es.tokens_gen);
+            json_object_update(o, e);
+            json_decref(e);
+        }
+        json_array_append_new(models, o);
+    }
+    rc_free(list);
+    char listen[300];
+    snprintf(listen, sizeof listen, "%s:%d", s->cfg.host, s->port);
+    json_t *body = json_pack(
+        "{s:{s:s, s:s, s:i, s:s, s:f, s:i, s:i, s:I, s:I, s:I}, s:o, s:{s:s, s:[]}}",
+        "node", "hostname", host, "version", RACIMO_VERSION, "pid", (int)getpid(),
+        "listen", listen, "uptime_s", (double)(os_now_ns() - s->t_start_ns) * 1e-9,
+        "cpus", os_n_cpus(), "physical_cores", os_n_physical_cores(),
+        "memory_total_bytes", (json_int_t)os_total_memory_bytes(),
+        "memory_available_bytes", (json_int_t)os_available_memory_bytes(),
+        "rss_bytes", (json_int_t)os_current_rss_bytes(),
+        "models", models,
+        "cluster", "mode", "standalone", "peers");
+    if (body && s->cfg.cluster) {
+        publish_serving(s);
+        json_t *view = cluster_snapshot(s->cfg.cluster);
+        if (view) {
+            json_object_update(body, view);
+            json_decref(view);
+            json_object_set_new(body, "cluster", json_pack("{s:s}", "mode", "cluster"));
+        }
+    }
+    http_reply_json(s, req, 200, body, NULL, NULL);
+    return 200;
+}
+
+/* ---- routing ---- */
+
+typedef struct {
+    const char *path;
+    int method;                 /* EVHTTP_REQ_* */
+    int kind;                   /* enum api_kind, or -1 for the others */
+} route;
+
+static const route routes[] = {
+    { "/v1/chat/completions", EVHTTP_REQ_POST, API_OPENAI_CHAT },
+    { "/v1/completions",      EVHTTP_REQ_POST, API_OPENAI_COMPLETION },
+    { "/api/chat",            EVHTTP_REQ_POST, API_OLLAMA_CHAT },
+    { "/api/generate",        EVHTTP_REQ_POST, API_OLLAMA_GENERATE },
+    { "/v1/models",           EVHTTP_REQ_GET,  -1 },
+    { "/v1/cluster",          EVHTTP_REQ_GET,  -1 },
+    { "/api/tags",            EVHTTP_REQ_GET,  -1 },
+    { "/api/show",            EVHTTP_REQ_POST, -1 },
+    { "/api/version",         EVHTTP_REQ_GET,  -1 },
+    { "/api/ps",              EVHTTP_REQ_GET,  -1 },
+    { "/health",              EVHTTP_REQ_GET,  -1 },
+    { "/metrics",             EVHTTP_REQ_GET,  -1 },
+    { "/",                    EVHTTP_REQ_GET,  -1 },
+};
+
+static const char *method_name(int m)
+{
+    switch (m) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    default: return "OTHER";
+    }
+}
+
+static int reply_err(api_server *s, struct evhttp_request *req, const char *path, int status,
+                     const char *code, const char *fmt, const char *arg)
+{
+    api_error e;
+    api_fail(&e, status, code, NULL, fmt, arg);
+    http_reply_error(s, req, srv_is_ollama_path(path), &e);
+    return status;
+}
+
+static void handle(struct evhttp_request *req, void *arg)
+{
+    api_server *s = arg;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *p = uri ? evhttp_uri_get_path(uri) : NULL;
+    char path[256];
+    snprintf(path, sizeof path, "%s", p && *p ? p : "/");
+    size_t pl = strlen(path);
+    while (pl > 1 && path[pl - 1] == '/')
+        path[--pl] = '\0';
+    int method = evhttp_request_get_command(req);
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    char key_id[16] = "";
+    int status;
+
+    struct evbuffer *body = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(body);
+    if (len > s->cfg.max_body_bytes) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        char limit[32];
+        snprintf(limit, sizeof limit, "%zu", s->cfg.max_body_bytes);
+        status = reply_err(s, req, path, 413, "request_too_large",
+                           "the request body is larger than the limit of %s bytes (--max-body)",
+                           limit);
+        log_request(s, req, method_name(method), path, status, NULL);
+        return;
+    }
+    if (method == EVHTTP_REQ_OPTIONS) {      /* CORS preflight: no key needed */
+        struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+        srv_cors_headers(s, req);
+        if (evhttp_find_header(out, "Access-Control-Allow-Origin")) {
+            const char *want = evhttp_find_header(in, "Access-Control-Request-Headers");
+            evhttp_add_header(out, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            evhttp_add_header(out, "Access-Control-Allow-Headers",
+                              want ? want : "Authorization, Content-Type");
+            evhttp_add_header(out, "Access-Control-Max-Age", "600");
+        }
+        evhttp_send_reply(req, 204, "No Content", NULL);
+        log_request(s, req, "OPTIONS", path, 204, NULL);
+        return;
+    }
+    if (strcmp(path, "/health") && check_key(s, req, key_id, sizeof key_id)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+        status = reply_err(s, req, path, 401, "invalid_api_key", "%s",
+                           "a valid API key is required: send 'Authorization: Bearer <key>'");
+        log_request(s, req, method_name(method), path, status, NULL);
+        return;
+    }
+    const route *r = NULL;
+    bool path_known = false;
+    bool models_one = !strncmp(path, "/v1/models/", 11) && path[11];
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (strcmp(routes[i].path, path) && !(models_one && !strcmp(routes[i].path, "/v1/models")))
+            continue;
+        path_known = true;
+        if (routes[i].method == method ||
+            (method == EVHTTP_REQ_HEAD && routes[i].method == EVHTTP_REQ_GET))
+            r = &routes[i];
+    }
+    if (!r) {
+        status = path_known ? reply_err(s, req, path, 405, "method_not_allowed",
+                                        "%s is not allowed here", method_name(method))
+                            : reply_err(s, req, path, 404, "not_found",
+                                        "no endpoint %.200s", path);
+        log_request(s, req, method_name(method), path, status, key_id);
+        return;
+    }
+    const char *data = len ? (const char *)evbuffer_pullup(body, -1) : "";
+    if (r->kind >= 0) {
+        api_request ar;
+        api_error e;
+        if (api_request_parse(r->kind, data, len, &ar, &e)) {
+            http_reply_error(s, req, srv_is_ollama_path(path), &e);
+            log_request(s, req, "POST", path, e.status, key_id);
+            return;
+        }
+        static const job_ops *const ops[] = { &openai_chat_ops, &openai_completion_ops,
+                                               &ollama_chat_ops, &ollama_generate_ops };
+        job_run(s, req, r->path, key_id, &ar, ops[r->kind]);
+        return;
+    }
+    status = 200;
+    if (!strcmp(r->path, "/health"))
+        status = health(s, req);
+    else if (!strcmp(r->path, "/metrics"))
+        status = metrics(s, req);
+    else if (!strcmp(r->path, "/v1/cluster"))
+        status = cluster(s, req);
+    else if (!strcmp(r->path, "/v1/models"))
+        status = openai_models(s, req, models_one ? path + 11 : NULL);
+    else if (!strcmp(r->path, "/api/tags"))
+        ollama_tags(s, req);
+    else if (!strcmp(r->path, "/api/ps"))
+        ollama_ps(s, req);
+    else if (!strcmp(r->path, "/api/version"))
+        ollama_version(s, req);
+    else if (!strcmp(r->path, "/api/show"))
+        status = ollama_show(s, req, data, len);
+    else {
+        static const char msg[] = "racimo is running";
+        http_reply_text(s, req, 200, "text/plain; charset=utf-8", msg, sizeof msg - 1);
+    }
+    log_request(s, req, method_name(method), r->path, status, key_id);
+}
+
+/* ---- start and end ---- */
+
+static void mail_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd; (void)what;
+    job_drain(arg);
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd; (void)what;
+    job_tick(arg);
+    publish_serving(arg);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    api_server *s = arg;
+    rc_log(LOG_INFO, "signal %d: stopping", (int)sig);
+    event_base_loopbreak(s->base);
+}
+
+static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+static void enable_threads(void) { evthread_use_pthreads(); }
+
+int api_server_new(const api_config *cfg, api_server **out)
+{
+    *out = NULL;
+    pthread_once(&threads_once, enable_threads);
+    signal(SIGPIPE, SIG_IGN);          /* a closed socket is an error, not a death */
+    api_server *s = rc_calloc(1, sizeof *s);
+    if (!s)
+        return rc_fail(RC_ENOMEM, "out of memory");
+    s->cfg = *cfg;
+    s->t_start_ns = os_now_ns();
+    s->id_state = s->t_start_ns ^ ((uint64_t)getpid() << 32);
+    pthread_mutex_init(&s->mail_mu, NULL);
+    int rc = 0;
+    if (!(s->base = event_base_new()) || !(s->http = evhttp_new(s->base)) ||
+        !(s->mail_ev = event_new(s->base, -1, 0, mail_cb, s)) ||
+        !(s->tick_ev = event_new(s->base, -1, EV_PERSIST, tick_cb, s)) || metrics_new(&s->metrics)) {
+        rc = rc_fail(RC_ENOMEM, "cannot set up the event loop");
+        goto fail;
+    }
+    evhttp_set_timeout(s->http, cfg->timeout_s);
+    /* Bodies up to twice the limit are read and refused here with a JSON
+     * 413; evhttp cuts larger ones itself (its 413 has an HTML body:
+     * libevent 2.1 has no hook to answer before reading the body). */
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)(cfg->max_body_bytes * 2 + 65536));
+    evhttp_set_max_headers_size(s->http, 64 << 10);
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                               EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                               EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(s->http, handle, s);
+    struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(s->http, cfg->host,
+                                                                      (ev_uint16_t)cfg->port);
+    if (!sock) {
+        rc = rc_fail(RC_EIO, "cannot listen on %s:%d: %s", cfg->host, cfg->port,
+                     errno ? strerror(errno) : "bind failed");
+        goto fail;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    s->port = cfg->port;
+    if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl) == 0)
+        s->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                           : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if ((rc = access_log_open(cfg->access_log, cfg->log_content, &s->alog)))
+        goto fail;
+    registry_config rcfg = {
+        .paths = cfg->model_paths, .n_paths = cfg->n_model_paths, .models_dir = cfg->models_dir,
+        .ro_dirs = cfg->ro_dirs, .template_file = cfg->template_file,
+        .engine = { .n_ctx = cfg->ctx_size, .n_seq = cfg->parallel, .n_batch = cfg->batch,
+                    .n_threads = cfg->threads, .max_queue = cfg->queue,
+                    .precision = MATMUL_FAST },
+    };
+    if ((rc = registry_new(&rcfg, job_models_changed, s, &s->reg)))
+        goto fail;
+    struct timeval tick = { 0, 100 * 1000 };
+    event_add(s->tick_ev, &tick);
+    if (cfg->handle_signals) {
+        s->sig_ev[0] = evsignal_new(s->base, SIGINT, signal_cb, s);
+        s->sig_ev[1] = evsignal_new(s->base, SIGTERM, signal_cb, s);
+        for (int i = 0; i < 2; i++)
+            if (s->sig_ev[i])
+                event_add(s->sig_ev[i], NULL);
+    }
+    registry_load_initial(s->reg);
+    *out = s;
+    return 0;
+fail:
+    api_server_free(s);
+    return rc;
+}
+
+int api_server_port(const api_server *s) { return s->port; }
+
+int api_server_run(api_server *s)
+{
+    return event_base_dispatch(s->base) < 0 ? rc_fail(RC_EIO, "the event loop failed") : 0;
+}
+
+void api_server_stop(api_server *s)
+{
+    event_base_loopbreak(s->base);
+}
+
+void api_server_free(api_server *s)
+{
+    if (!s)
+        return;
+    registry_free(s->reg);          /* engines end; their requests report on_done */
+    if (s->base)
+        job_shutdown(s);
+    if (s->http)
+        evhttp_free(s->http);
+    for (int i = 0; i < 2; i++)
+        if (s->sig_ev[i])
+            event_free(s->sig_ev[i]);
+    if (s->mail_ev)
+        event_free(s->mail_ev);
+    if (s->tick_ev)
+        event_free(s->tick_ev);
+    if (s->base)
+        event_base_free(s->base);
+    metrics_free(s->metrics);
+    access_log_close(s->alog);
+    pthread_mutex_destroy(&s->mail_mu);
+    rc_free(s);
+}

@@ -1,0 +1,170 @@
+/* server_internal.h - what the files of the HTTP server share (not for
+ * other layers: they use api.h).
+ *
+ *   server.c    the evhttp server: sockets, routing, authentication, CORS,
+ *               body limits, the small endpoints (/health, /metrics,
+ *               /v1/cluster), start and shutdown
+ *   job.c       one generation request: prompt, submission to the engine,
+ *               the engine callbacks and the mailbox they fill, the drain on
+ *               the event loop, client disconnects, the end (log, metrics)
+ *   writer.c    HTTP bodies: JSON replies, errors in both styles, server-sent
+ *               events and JSON lines
+ *   openai.c    /v1/... handlers and OpenAI response objects
+ *   ollama.c    /api/... handlers and Ollama response objects
+ *
+ * Threads: everything here runs on the event-loop thread except the three
+ * engine callbacks in job.c (engine thread) and on_models_changed (loader
+ * thread), which touch only the mailbox fields under srv->mail_mu and then
+ * wake the loop with event_active (libevent is built thread-safe with
+ * evthread_use_pthreads).
+ */
+#ifndef RC_API_SERVER_INTERNAL_H
+#define RC_API_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <jansson.h>
+
+#include "access_log.h"
+#include "api.h"
+#include "buf.h"
+#include "metrics.h"
+#include "registry.h"
+#include "request.h"
+
+typedef struct api_job api_job;
+
+struct api_server {
+    api_config cfg;
+    struct event_base *base;
+    struct evhttp *http;
+    struct event *mail_ev;          /* woken by engine and loader threads */
+    struct event *tick_ev;          /* checks idle clients for disconnects */
+    struct event *sig_ev[2];
+    api_registry *reg;
+    api_metrics *metrics;
+    access_log *alog;
+    int port;
+    uint64_t t_start_ns;
+    uint64_t id_state;              /* response ids (event-loop thread) */
+    /* mailbox (mail_mu) */
+    pthread_mutex_t mail_mu;
+    api_job *ready;                 /* jobs with news, linked by ready_next */
+    bool models_changed;
+    /* every live job (event-loop thread) */
+    api_job *jobs;
+};
+
+/* A logprobs record of one generated token. */
+typedef struct {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_ids[API_MAX_TOP_LOGPROBS];
+    float top_lp[API_MAX_TOP_LOGPROBS];
+} tok_rec;
+
+/* What an endpoint family writes; all called on the event-loop thread. */
+typedef struct {
+    void (*start)(api_job *j);                      /* stream: headers, first event */
+    void (*delta)(api_job *j, const char *text, size_t len, int tok_from, int tok_to);
+    void (*final)(api_job *j);                      /* the end: finish reason, usage */
+    void (*error)(api_job *j, const api_error *e);  /* before or after start */
+} job_ops;
+
+struct api_job {
+    api_server *srv;
+    struct evhttp_request *req;     /* NULL once libevent freed it */
+    struct evhttp_connection *evcon;/* NULL once the connection closed */
+    bool req_owned;                 /* detached by libevent: ours to free */
+    bool gone;                      /* the connection closed (libevent told us) */
+    bool left;                      /* the client closed its socket (peek) */
+    const job_ops *ops;
+    api_request ar;
+    api_model *model;
+    char path[32];                  /* endpoint, for metrics and the log */
+    char client[64];
+    char key_id[16];
+    char id[48];                    /* chatcmpl-..., cmpl-... */
+    long created;                   /* unix seconds */
+    uint64_t t0_ns, t_submit_ns;
+    int32_t *prompt;
+    int n_prompt;
+    gen_request gr;
+    /* mailbox (srv->mail_mu) */
+    strbuf mb_text;
+    tok_rec *mb_toks;
+    int mb_n_toks, mb_cap_toks;
+    bool mb_marker, mb_done, in_ready;
+    gen_result mb_res;
+    api_job *ready_next;
+    /* event-loop state */
+    bool waiting_load, submitted, engine_done, started, finished;
+    strbuf text;                    /* the whole answer so far */
+    size_t sent;                    /* bytes of text sent as content */
+    tok_rec *toks;
+    int n_toks, cap_toks, toks_sent;
+    bool marker;                    /* Mistral [TOOL_CALLS] generated */
+    gen_result res;
+    int status;                     /* HTTP status sent */
+    const char *finish;             /* "stop", "length", "tool_calls" */
+    json_t *tool_calls;             /* parsed at the end, or NULL */
+    char *content;                  /* final content (non-streamed) */
+    api_job *prev, *next;           /* srv->jobs */
+};
+
+/* ---- server.c ---- */
+void srv_cors_headers(api_server *s, struct evhttp_request *req);
+bool srv_is_ollama_path(const char *path);
+
+/* ---- job.c ---- */
+/* Takes a parsed request (its fields move into the job) and runs it:
+ * resolves the model, loads it if needed, builds the prompt, submits.
+ * Errors are answered on `req` in the endpoint's style. */
+void job_run(api_server *s, struct evhttp_request *req, const char *path, const char *key_id,
+             api_request *ar, const job_ops *ops);
+void job_drain(api_server *s);          /* mailbox -> clients (mail_ev callback) */
+void job_tick(api_server *s);           /* disconnect checks (tick_ev callback) */
+void job_shutdown(api_server *s);       /* frees every job; engines already stopped */
+void job_models_changed(void *srv);     /* registry callback (loader thread) */
+/* The token's text for logprobs (special tokens as text). */
+void job_token_text(const api_job *j, int32_t id, strbuf *out);
+/* finish_reason of the job's end. */
+const char *job_finish_reason(const api_job *j);
+
+/* ---- writer.c ---- */
+/* A whole JSON reply (steals `body`; NULL means 500 out of memory). */
+void http_reply_json(api_server *s, struct evhttp_request *req, int status, json_t *body,
+                     const char *extra_header, const char *extra_value);
+void http_reply_text(api_server *s, struct evhttp_request *req, int status, const char *ctype,
+                     const char *text, size_t len);
+/* An error in OpenAI's style, or Ollama's for /api/ paths. */
+void http_reply_error(api_server *s, struct evhttp_request *req, bool ollama, const api_error *e);
+json_t *openai_error_json(const api_error *e);
+/* Streams: the status line and headers, then chunks. */
+void http_stream_start(api_job *j, const char *content_type);
+void http_stream_sse(api_job *j, json_t *event);      /* "data: {json}\n\n"; steals */
+void http_stream_raw(api_job *j, const char *text);   /* bytes as they are */
+void http_stream_line(api_job *j, json_t *obj);       /* "{json}\n"; steals */
+void http_stream_end(api_job *j);
+
+/* ---- openai.c ---- */
+extern const job_ops openai_chat_ops, openai_completion_ops;
+int  openai_models(api_server *s, struct evhttp_request *req, const char *one);   /* status */
+
+/* ---- ollama.c ---- */
+extern const job_ops ollama_chat_ops, ollama_generate_ops;
+void ollama_tags(api_server *s, struct evhttp_request *req);
+void ollama_ps(api_server *s, struct evhttp_request *req);
+int  ollama_show(api_server *s, struct evhttp_request *req, const char *body, size_t len);
+void ollama_version(api_server *s, struct evhttp_request *req);
+/* The load-only answer of /api/generate and /api/chat without a prompt. */
+void ollama_loaded(api_job *j);
+/* ISO 8601 time with nanoseconds as Ollama writes it. */
+void ollama_time(char *out, size_t cap);
+
+#endif

@@ -1,0 +1,279 @@
+/* cmd_serve.c - `racimo serve`: the OpenAI- and Ollama-compatible HTTP API
+ * (src/api) over the models of a folder and any given with -m. */
+#include "cli.h"
+#include "api/api.h"
+#include "base/err.h"
+#include "base/mem.h"
+#include "cluster/cluster.h"
+
+#include <arpa/inet.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LIST 64
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: racimo serve [-m MODEL]... [options]\n"
+        "\n"
+        "Serves OpenAI (/v1/chat/completions, /v1/completions, /v1/models) and Ollama\n"
+        "(/api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version) clients,\n"
+        "plus /health, /metrics (Prometheus) and /v1/cluster.  Models are the .gguf files\n"
+        "of $RACIMO_MODELS_DIR (default ~/.racimo/models) and of the read-only folders in\n"
+        "$RACIMO_MODELS_READ_ONLY_DIRS (colon-separated), named by their file names; they\n"
+        "load on first use.  Models given with -m load at start.\n"
+        "\n"
+        "  -m, --model FILE        a GGUF model to serve (repeatable)\n"
+        "  --models-dir DIR        the models folder (instead of $RACIMO_MODELS_DIR)\n"
+        "  --host ADDR             address to listen on (default 127.0.0.1; 0.0.0.0 exposes it)\n"
+        "  --port N                port (default 8080; 11434 stands in for Ollama; 0 = any)\n"
+        "  --parallel N            sequences generated at once per model (default 4)\n"
+        "  -c, --ctx-size N        context tokens per sequence (default 4096, at most the model's)\n"
+        "  -b, --batch N           rows per forward pass (default 512)\n"
+        "  -t, --threads N         threads per model (default: physical cores)\n"
+        "  --queue N               requests waiting beyond the sequences before 429 (default 64)\n"
+        "  --api-key KEY           require 'Authorization: Bearer KEY' (repeatable)\n"
+        "  --api-key-file FILE     keys, one per line ('#' comments)\n"
+        "  --cors-origin ORIGIN    allow browsers from ORIGIN ('*' for any; repeatable)\n"
+        "  --max-body BYTES        largest request body (default 8388608)\n"
+        "  --timeout S             drop a connection silent for S seconds while a request is\n"
+        "                          read or an answer written (default 30)\n"
+        "  --chat-template-file F  use the Jinja template in F for every model\n"
+        "  --access-log FILE|-     JSON lines per request (default '-': standard output)\n"
+        "  --no-access-log         no access log\n"
+        "  --log-content           also log prompts and answers (off by default)\n"
+        "\n"
+        "Cluster (docs/cluster.md): every 'racimo serve' is a node.  The first node makes a\n"
+        "cluster key and prints a join token ('racimo token' prints it again); nodes started\n"
+        "with --join TOKEN find each other on the local network (DNS-SD over multicast DNS)\n"
+        "or through --peer, and link with mutual authentication and encryption.  A node\n"
+        "listening on loopback only (the default --host) is reachable from this machine only.\n"
+        "  --state-dir DIR         key, node id, caches and default models folder\n"
+        "                          (default $RACIMO_HOME or ~/.racimo)\n"
+        "  --join TOKEN            join the cluster of TOKEN (or $RACIMO_JOIN_TOKEN); kept\n"
+        "  --peer HOST[:PORT]      a node to dial, where multicast does not pass (repeatable)\n"
+        "  --cluster-port N        cluster TCP port (default 7719; busy: any free port)\n"
+        "  --advertise ADDR        the IPv4 address other nodes reach this one at\n"
+        "  --name NAME             this node's name (default: the host name)\n"
+        "  --no-discovery          no multicast DNS (only --peer and nodes learnt from them)\n"
+        "  --down-after MS         a node silent this long is marked down (default 3000)\n"
+        "  --heartbeat MS          heartbeat interval (default 500)\n"
+        "  --no-cluster            serve alone, with no cluster\n");
+}
+
+static int want_int(const char *opt, const char *v, long lo, long hi, long *out)
+{
+    if (!v || cli_parse_int(v, lo, hi, out)) {
+        fprintf(stderr, "racimo: serve: %s wants a whole number from %ld to %ld\n", opt, lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    api_config cfg;
+    api_config_default(&cfg);
+    cfg.access_log = "-";
+    cfg.handle_signals = true;
+    const char *models[MAX_LIST], *cors[MAX_LIST];
+    char **keys = NULL;
+    int n_models = 0, n_cors = 0, n_keys = 0, rc = 2;
+    long v;
+    cluster_config cc;
+    cluster_config_default(&cc);
+    const char *peers[MAX_LIST];
+    int n_peers = 0;
+    bool no_cluster = false;
+    struct cluster *cl = NULL;
+    char state_dir[600], models_dir[700], listen[64];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = true;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            rc = 0;
+            goto out;
+        } else if (!strcmp(a, "--log-content")) {
+            cfg.log_content = true;
+            takes = false;
+        } else if (!strcmp(a, "--no-access-log")) {
+            cfg.access_log = NULL;
+            takes = false;
+        } else if (!strcmp(a, "--no-cluster")) {
+            no_cluster = true;
+            takes = false;
+        } else if (!strcmp(a, "--no-discovery")) {
+            cc.no_discovery = true;
+            takes = false;
+        } else if (!val) {
+            fprintf(stderr, "racimo: serve: unknown option or missing value: '%s'\n", a);
+            usage(stderr);
+            goto out;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (n_models >= MAX_LIST) { fprintf(stderr, "racimo: serve: too many -m\n"); goto out; }
+            models[n_models++] = val;
+        } else if (!strcmp(a, "--models-dir")) {
+            cfg.models_dir = val;
+        } else if (!strcmp(a, "--host")) {
+            cfg.host = val;
+        } else if (!strcmp(a, "--port")) {
+            if (want_int(a, val, 0, 65535, &v)) goto out;
+            cfg.port = (int)v;
+        } else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) {
+            if (want_int(a, val, 1, 256, &v)) goto out;
+            cfg.parallel = (int)v;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (want_int(a, val, 16, 1L << 22, &v)) goto out;
+            cfg.ctx_size = (int)v;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
+            if (want_int(a, val, 1, 1L << 16, &v)) goto out;
+            cfg.batch = (int)v;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (want_int(a, val, 1, 512, &v)) goto out;
+            cfg.threads = (int)v;
+        } else if (!strcmp(a, "--queue")) {
+            if (want_int(a, val, 0, 1L << 20, &v)) goto out;
+            cfg.queue = (int)v;
+        } else if (!strcmp(a, "--api-key")) {
+            char **nk = rc_realloc(keys, (size_t)(n_keys + 1) * sizeof *nk);
+            if (!nk || !(nk[n_keys] = rc_strdup(val))) {
+                if (nk)
+                    keys = nk;
+                fprintf(stderr, "racimo: out of memory\n");
+                rc = 1;
+                goto out;
+            }
+            keys = nk;
+            n_keys++;
+        } else if (!strcmp(a, "--api-key-file")) {
+            if (api_read_key_file(val, &keys, &n_keys)) {
+                rc = cli_error(NULL);
+                goto out;
+            }
+        } else if (!strcmp(a, "--cors-origin")) {
+            if (n_cors >= MAX_LIST) { fprintf(stderr, "racimo: serve: too many --cors-origin\n"); goto out; }
+            cors[n_cors++] = val;
+        } else if (!strcmp(a, "--max-body")) {
+            if (want_int(a, val, 1024, 1L << 30, &v)) goto out;
+            cfg.max_body_bytes = (size_t)v;
+        } else if (!strcmp(a, "--timeout")) {
+            if (want_int(a, val, 1, 3600, &v)) goto out;
+            cfg.timeout_s = (int)v;
+        } else if (!strcmp(a, "--chat-template-file")) {
+            cfg.template_file = val;
+        } else if (!strcmp(a, "--access-log")) {
+            cfg.access_log = val;
+        } else if (!strcmp(a, "--state-dir")) {
+            cc.state_dir = val;
+        } else if (!strcmp(a, "--join")) {
+            cc.join_token = val;
+        } else if (!strcmp(a, "--peer")) {
+            if (n_peers >= MAX_LIST) { fprintf(stderr, "racimo: serve: too many --peer\n"); goto out; }
+            peers[n_peers++] = val;
+        } else if (!strcmp(a, "--cluster-port")) {
+            if (want_int(a, val, 0, 65535, &v)) goto out;
+            cc.port = (int)v;
+            cc.port_given = true;
+        } else if (!strcmp(a, "--advertise")) {
+            cc.advertise_host = val;
+        } else if (!strcmp(a, "--name")) {
+            cc.name = val;
+        } else if (!strcmp(a, "--down-after")) {
+            if (want_int(a, val, 100, 600000, &v)) goto out;
+            cc.down_after_ms = (int)v;
+        } else if (!strcmp(a, "--heartbeat")) {
+            if (want_int(a, val, 10, 60000, &v)) goto out;
+            cc.heartbeat_ms = (int)v;
+        } else {
+            fprintf(stderr, "racimo: serve: unknown option '%s'\n", a);
+            usage(stderr);
+            goto out;
+        }
+        if (takes)
+            i++;
+    }
+    cfg.model_paths = models;
+    cfg.n_model_paths = n_models;
+    cfg.api_keys = (const char *const *)keys;
+    cfg.n_api_keys = n_keys;
+    cfg.cors_origins = cors;
+    cfg.n_cors_origins = n_cors;
+    /* the state directory also holds the default models folder */
+    if (cluster_state_dir(cc.state_dir, state_dir, sizeof state_dir)) {
+        rc = cli_error("serve");
+        goto out;
+    }
+    if (!cfg.models_dir && !getenv("RACIMO_MODELS_DIR") && (cc.state_dir || getenv("RACIMO_HOME"))) {
+        snprintf(models_dir, sizeof models_dir, "%s/models", state_dir);
+        cfg.models_dir = models_dir;
+    }
+    if (!no_cluster) {
+        struct in_addr ia;
+        const char *h = cfg.host;
+        /* the cluster speaks IPv4: loopback and wildcard names map to theirs */
+        if (!strcmp(h, "localhost") || !strcmp(h, "::1"))
+            h = "127.0.0.1";
+        else if (!strcmp(h, "::") || !strcmp(h, "*"))
+            h = "0.0.0.0";
+        if (inet_pton(AF_INET, h, &ia) != 1) {
+            fprintf(stderr, "racimo: serve: the cluster needs an IPv4 --host, not '%s' "
+                            "(or --no-cluster)\n", cfg.host);
+            goto out;
+        }
+        snprintf(listen, sizeof listen, "%s", h);
+        cc.listen_host = listen;
+        cc.peers = peers;
+        cc.n_peers = n_peers;
+        cc.http_port = cfg.port;
+        bool created = false;
+        bool asked = cc.state_dir || getenv("RACIMO_HOME") || cc.join_token ||
+                     getenv("RACIMO_JOIN_TOKEN") || n_peers;
+        if (cluster_new(&cc, &cl, &created)) {
+            /* nobody asked for a cluster (say, an unwritable home): serve alone */
+            if (asked) {
+                rc = cli_error("serve: cluster");
+                goto out;
+            }
+            fprintf(stderr, "racimo: warning: serving without a cluster: %s\n", rc_errmsg());
+            cl = NULL;
+        }
+        if (created && cl)
+            fprintf(stderr, "racimo: created a new cluster (its key is in %s/cluster.key).\n"
+                            "racimo: to add a machine, run there:  racimo serve --host 0.0.0.0 "
+                            "--join %s\n", state_dir, cluster_join_token(cl));
+        cfg.cluster = cl;
+    }
+    api_server *s;
+    if (api_server_new(&cfg, &s)) {
+        rc = cli_error("serve");
+        goto out;
+    }
+    if (cl) {
+        cluster_set_http_port(cl, api_server_port(s));
+        if (cluster_start(cl)) {
+            rc = cli_error("serve: cluster");
+            api_server_free(s);
+            goto out;
+        }
+    }
+    /* the line scripts wait for; with --port 0 it names the port chosen */
+    fprintf(stderr, "racimo: listening on http://%s:%d (%d model%s given, %s)\n", cfg.host,
+            api_server_port(s), n_models, n_models == 1 ? "" : "s",
+            n_keys ? "API keys required" : "no API key required");
+    if (!n_keys && strcmp(cfg.host, "127.0.0.1") && strcmp(cfg.host, "localhost") &&
+        strcmp(cfg.host, "::1"))
+        fprintf(stderr, "racimo: warning: listening beyond this machine without --api-key\n");
+    fflush(stderr);
+    rc = api_server_run(s) ? cli_error("serve") : 0;
+    api_server_free(s);
+out:
+    cluster_free(cl);
+    for (int i = 0; i < n_keys; i++)
+        rc_free(keys[i]);
+    rc_free(keys);
+    return rc;
+}

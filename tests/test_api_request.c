@@ -1,0 +1,220 @@
+/* test_api_request.c - request bodies to api_request: every field users
+ * rely on is read, and every kind of bad input gets a 4xx naming the field
+ * (table-driven, one row per error path), plus the model-dependent checks. */
+#include "test.h"
+#include "api/request.h"
+
+static void parse_ok(int kind, const char *body, api_request *r)
+{
+    api_error e;
+    if (api_request_parse(kind, body, strlen(body), r, &e))
+        FAIL("%s: %d %s (%s)", body, e.status, e.message, e.code);
+}
+
+TEST(api_request_chat_fields)
+{
+    api_request r;
+    parse_ok(API_OPENAI_CHAT,
+             "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":\"sys\"},"
+             "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
+             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+             "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}],"
+             "\"max_completion_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":20,\"min_p\":0.1,"
+             "\"presence_penalty\":1,\"frequency_penalty\":-1,\"repetition_penalty\":1.2,\"seed\":0,"
+             "\"stop\":[\"x\",\"\",\"yy\"],\"logit_bias\":{\"5\":-100,\"7\":2.5},\"logprobs\":true,"
+             "\"top_logprobs\":3,\"n\":1,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+             "\"response_format\":{\"type\":\"text\"},\"user\":\"u\",\"ignore_eos\":true,"
+             "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]}", &r);
+    CHECK_STR(r.model, "m");
+    CHECK_INT(json_array_size(r.messages), ==, 4);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "role")), "system");
+    CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 1), "content")), "a\nb");
+    json_t *asst = json_array_get(r.messages, 2);
+    CHECK_STR(json_string_value(json_object_get(asst, "content")), "");
+    json_t *args = json_object_get(json_object_get(json_array_get(json_object_get(asst, "tool_calls"), 0),
+                                                   "function"), "arguments");
+    CHECK(json_is_object(args));       /* the JSON string became an object for templates */
+    CHECK_INT(json_integer_value(json_object_get(args, "x")), ==, 1);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 3), "tool_call_id")), "c1");
+    CHECK_INT(r.max_tokens, ==, 7);
+    CHECK_NEAR(r.sampling.temperature, 0.5, 1e-6);
+    CHECK_NEAR(r.sampling.top_p, 0.9, 1e-6);
+    CHECK_INT(r.sampling.top_k, ==, 20);
+    CHECK_NEAR(r.sampling.min_p, 0.1, 1e-6);
+    CHECK_NEAR(r.sampling.repeat_penalty, 1.2, 1e-6);
+    CHECK(r.sampling.seed != 0);       /* seed 0 is reproducible too */
+    CHECK_INT(r.n_stops, ==, 2);
+    CHECK_STR(r.stops[1], "yy");
+    CHECK_INT(r.n_bias, ==, 2);
+    CHECK_INT(r.sampling.n_bias, ==, 2);
+    CHECK(r.logprobs && r.top_logprobs == 3 && r.stream && r.include_usage && r.ignore_eos);
+    CHECK(json_array_size(r.tools) == 1);
+    api_request_free(&r);
+    parse_ok(API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+             "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"none\"}", &r);
+    CHECK(r.tools == NULL);            /* tool_choice none: not rendered */
+    CHECK(!r.stream && r.max_tokens == 0);
+    api_request_free(&r);
+}
+
+TEST(api_request_completion_and_ollama_fields)
+{
+    api_request r;
+    parse_ok(API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"hello\"],\"logprobs\":2,\"max_tokens\":3}", &r);
+    CHECK_STR(r.prompt, "hello");
+    CHECK(r.logprobs && r.top_logprobs == 2);
+    api_request_free(&r);
+    parse_ok(API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,2,3]}", &r);
+    CHECK_INT(r.n_prompt_ids, ==, 3);
+    CHECK_INT(r.prompt_ids[2], ==, 3);
+    api_request_free(&r);
+    parse_ok(API_OLLAMA_CHAT, "{\"model\":\"m:latest\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+             "\"options\":{\"num_predict\":9,\"temperature\":0,\"top_k\":5,\"seed\":3,\"stop\":[\"s\"],"
+             "\"repeat_last_n\":-1,\"repeat_penalty\":1.1,\"num_ctx\":4096},\"keep_alive\":\"5m\"}", &r);
+    CHECK(r.stream);                   /* Ollama streams by default */
+    CHECK_INT(r.max_tokens, ==, 9);
+    CHECK_INT(r.sampling.top_k, ==, 5);
+    CHECK_INT(r.sampling.repeat_last_n, ==, -1);
+    CHECK_INT((int)r.sampling.seed, ==, 3);
+    CHECK_STR(r.stops[0], "s");
+    api_request_free(&r);
+    parse_ok(API_OLLAMA_GENERATE, "{\"name\":\"m\",\"prompt\":\"p\",\"system\":\"s\",\"raw\":true,"
+             "\"stream\":false,\"options\":{\"num_predict\":-1}}", &r);
+    CHECK_STR(r.model, "m");
+    CHECK(r.raw && !r.stream && !r.load_only && r.max_tokens == 0);
+    CHECK_STR(r.system, "s");
+    api_request_free(&r);
+    parse_ok(API_OLLAMA_GENERATE, "{\"model\":\"m\"}", &r);
+    CHECK(r.load_only);
+    api_request_free(&r);
+}
+
+typedef struct {
+    int kind;
+    const char *body;
+    int status;
+    const char *code;
+    const char *param;     /* NULL: not checked */
+} bad_case;
+
+#define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+static const bad_case bad[] = {
+    { API_OPENAI_CHAT, "{", 400, "invalid_json", NULL },
+    { API_OPENAI_CHAT, "", 400, "invalid_json", NULL },
+    { API_OPENAI_CHAT, "[1]", 400, "invalid_json", NULL },
+    { API_OPENAI_CHAT, "{\"a\":1,\"a\":2}", 400, "invalid_json", NULL },
+    { API_OPENAI_CHAT, "{" MSG "}", 400, "missing_field", "model" },
+    { API_OPENAI_CHAT, "{\"model\":5," MSG "}", 400, "invalid_type", "model" },
+    { API_OPENAI_CHAT, "{\"model\":\"\"," MSG "}", 400, "invalid_value", "model" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"}", 400, "missing_field", "messages" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[]}", 400, "invalid_value", "messages" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":\"hi\"}", 400, "invalid_type", "messages" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[5]}", 400, "invalid_type", "messages" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"content\":\"x\"}]}", 400, "invalid_value", "messages" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}", 400, "invalid_value", "messages" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "invalid_type", "messages" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400, "unsupported_value", "messages" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400, "invalid_type", "messages" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{}]}]}", 400, "invalid_type", "tool_calls" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":1}]}", 400, "invalid_type", "tool_call_id" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"n\":2}", 400, "unsupported_value", "n" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"n\":0}", 400, "invalid_value", "n" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"max_tokens\":0}", 400, "invalid_value", "max_tokens" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"max_tokens\":-5}", 400, "invalid_value", "max_tokens" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"max_tokens\":1e30}", 400, "invalid_type", "max_tokens" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"max_completion_tokens\":99999999999}", 400, "invalid_value", "max_completion_tokens" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"max_tokens\":2.5}", 400, "invalid_type", "max_tokens" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"temperature\":3}", 400, "invalid_value", "temperature" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"temperature\":\"hot\"}", 400, "invalid_type", "temperature" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"top_p\":1.5}", 400, "invalid_value", "top_p" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"top_k\":-1}", 400, "invalid_value", "top_k" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"min_p\":-0.1}", 400, "invalid_value", "min_p" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"presence_penalty\":3}", 400, "invalid_value", "presence_penalty" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"frequency_penalty\":-3}", 400, "invalid_value", "frequency_penalty" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"repetition_penalty\":0}", 400, "invalid_value", "repetition_penalty" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"seed\":\"x\"}", 400, "invalid_type", "seed" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"stop\":5}", 400, "invalid_type", "stop" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"stop\":[\"a\",1]}", 400, "invalid_type", "stop" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", 400, "invalid_value", "stop" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"stop\":\"a\\u0000b\"}", 400, "invalid_json", NULL },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"logit_bias\":[1]}", 400, "invalid_type", "logit_bias" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"logit_bias\":{\"abc\":1}}", 400, "invalid_value", "logit_bias" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"logit_bias\":{\"-1\":1}}", 400, "invalid_value", "logit_bias" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"logit_bias\":{\"1\":101}}", 400, "invalid_value", "logit_bias" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"logit_bias\":{\"1\":\"x\"}}", 400, "invalid_type", "logit_bias" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"logprobs\":1}", 400, "invalid_type", "logprobs" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"top_logprobs\":3}", 400, "invalid_value", "top_logprobs" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"logprobs\":true,\"top_logprobs\":21}", 400, "invalid_value", "top_logprobs" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"stream\":\"yes\"}", 400, "invalid_type", "stream" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"stream_options\":true}", 400, "invalid_type", "stream_options" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"json_object\"}}", 400, "unsupported_value", "response_format" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"response_format\":\"json\"}", 400, "invalid_type", "response_format" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"tools\":{}}", 400, "invalid_type", "tools" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, "invalid_value", "tools" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"tools\":[{\"type\":\"code\",\"function\":{\"name\":\"f\"}}]}", 400, "invalid_value", "tools" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"tools\":[{\"function\":{\"name\":\"f\",\"parameters\":1}}]}", 400, "invalid_type", "tools" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"tool_choice\":\"sometimes\"}", 400, "invalid_value", "tool_choice" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"tool_choice\":1}", 400, "invalid_type", "tool_choice" },
+    { API_OPENAI_COMPLETION, "{\"model\":\"m\"}", 400, "missing_field", "prompt" },
+    { API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\"}", 400, "invalid_value", "prompt" },
+    { API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":5}", 400, "invalid_type", "prompt" },
+    { API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", 400, "unsupported_value", "prompt" },
+    { API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,-2]}", 400, "invalid_value", "prompt" },
+    { API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,\"a\"]}", 400, "invalid_value", "prompt" },
+    { API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":true}", 400, "invalid_type", "logprobs" },
+    { API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true}", 400, "unsupported_value", "echo" },
+    { API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "unsupported_value", "suffix" },
+    { API_OLLAMA_CHAT, "{" MSG "}", 400, "missing_field", "model" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[]}", 400, "invalid_value", "messages" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"format\":\"json\"}", 400, "unsupported_value", "format" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"options\":[]}", 400, "invalid_type", "options" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"options\":{\"num_predict\":0}}", 400, "invalid_value", "num_predict" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"options\":{\"num_predict\":-3}}", 400, "invalid_value", "num_predict" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"options\":{\"top_k\":\"a\"}}", 400, "invalid_type", "top_k" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"options\":{\"repeat_last_n\":-2}}", 400, "invalid_value", "repeat_last_n" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"images\":[\"aGk=\"]}]}", 400, "unsupported_value", "messages" },
+    { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":5}", 400, "invalid_type", "prompt" },
+    { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"images\":[\"aGk=\"]}", 400, "unsupported_value", "images" },
+    { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"raw\":1}", 400, "invalid_type", "raw" },
+    { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"s\"}", 400, "unsupported_value", "suffix" },
+};
+
+TEST(api_request_bad_input_table)
+{
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        api_request r;
+        api_error e;
+        const bad_case *c = &bad[i];
+        if (!api_request_parse(c->kind, c->body, strlen(c->body), &r, &e))
+            FAIL("case %zu accepted: %s", i, c->body);
+        if (e.status != c->status || strcmp(e.code, c->code) || (c->param && strcmp(e.param, c->param)))
+            FAIL("case %zu (%s): got %d %s param '%s': %s", i, c->body, e.status, e.code, e.param,
+                 e.message);
+        CHECK(e.message[0]);
+        CHECK_STR(e.type, "invalid_request_error");
+        CHECK(r.model == NULL && r.messages == NULL);     /* freed on failure */
+    }
+}
+
+TEST(api_request_model_checks)
+{
+    api_request r;
+    api_error e;
+    parse_ok(API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"logit_bias\":{\"511\":1},\"max_tokens\":100}", &r);
+    CHECK_INT(api_request_check(&r, 512, 128, &e), ==, 0);
+    CHECK_INT(api_request_check(&r, 511, 128, &e), ==, -1);
+    CHECK_STR(e.param, "logit_bias");
+    CHECK_INT(api_request_check(&r, 512, 64, &e), ==, -1);
+    CHECK_STR(e.param, "max_tokens");
+    CHECK(strstr(e.message, "holds 64"));
+    api_request_free(&r);
+    parse_ok(API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,600]}", &r);
+    CHECK_INT(api_request_check(&r, 512, 128, &e), ==, -1);
+    CHECK_STR(e.param, "prompt");
+    api_request_free(&r);
+    parse_ok(API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"options\":{\"num_predict\":300}}", &r);
+    CHECK_INT(api_request_check(&r, 512, 128, &e), ==, -1);
+    CHECK_STR(e.param, "num_predict");
+    api_request_free(&r);
+}
