@@ -6,9 +6,19 @@
 
 #include <stdint.h>
 
+struct gen_result;
+
 int cmd_logits(int argc, char **argv);
 int cmd_make_model(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_token(int argc, char **argv);
+int cmd_nodes(int argc, char **argv);
 
 /* Prints "racimo: <msg>" for the current error detail and returns 1. */
 int cli_error(const char *what);
@@ -18,6 +28,12 @@ int cli_parse_int(const char *s, long lo, long hi, long *out);
 
 /* Parses "1,2,3" into a malloc'd array; returns count, or -1 with a message. */
 int cli_parse_ids(const char *s, int32_t **out);
+
+/* Prints prompt and generation speed of a finished request to stderr. */
+void cli_print_timings(const struct gen_result *res);
+
+/* A whole file as a NUL-terminated rc_malloc'd string; NULL if unreadable. */
+char *cli_read_file(const char *path);
 
 /* Default thread count: the physical cores. */
 int cli_default_threads(void);

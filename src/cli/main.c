@@ -9,6 +9,14 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } commands[] = {
+    { "run",        cmd_run,        "complete a prompt, streaming the text" },
+    { "chat",       cmd_chat,       "talk with a model in the terminal" },
+    { "tokenize",   cmd_tokenize,   "print the token ids of a text" },
+    { "detokenize", cmd_detokenize, "print the text of token ids" },
+    { "serve",      cmd_serve,      "serve OpenAI- and Ollama-compatible HTTP APIs to many users" },
+    { "nodes",      cmd_nodes,      "list the nodes and links of the cluster a running server is in" },
+    { "token",      cmd_token,      "print this node's cluster join token" },
+    { "template",   cmd_template,   "print the prompt a model sees for chat messages" },
     { "logits",     cmd_logits,     "compute the logits of token ids with a GGUF model" },
     { "bench",      cmd_bench,      "measure prompt and generation speed against the bandwidth roof" },
     { "make-model", cmd_make_model, "write a random-weight GGUF model (tests, benchmarks)" },

@@ -1,0 +1,251 @@
+/* cmd_nodes.c - `racimo nodes`: the cluster as a running node sees it.
+ * Asks a node's GET /v1/cluster (libevent's HTTP client) and prints the
+ * nodes, links and leader as tables, or the JSON itself with --json. */
+#include "cli.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: racimo nodes [--host H] [--port P] [--json] [--api-key KEY]\n"
+        "\n"
+        "Lists the nodes of the cluster a running 'racimo serve' belongs to: id, name,\n"
+        "addresses, state (up/down), hardware, models; then the links between nodes\n"
+        "(latency, bandwidth) and the leader.  Every node shows the same view.\n"
+        "\n"
+        "  --host H        the node's HTTP address (default 127.0.0.1)\n"
+        "  --port P        its HTTP port (default 8080)\n"
+        "  --json          print the JSON of GET /v1/cluster instead of tables\n"
+        "  --api-key KEY   when the node requires one (default $RACIMO_API_KEY)\n");
+}
+
+typedef struct {
+    int status;
+    char *body;
+    size_t len;
+    const char *error;
+    struct event_base *base;
+} reply;
+
+static void on_done(struct evhttp_request *req, void *arg)
+{
+    reply *r = arg;
+    if (!req) {
+        r->error = "no answer (is 'racimo serve' running there?)";
+    } else {
+        r->status = evhttp_request_get_response_code(req);
+        if (r->status == 0)
+            r->error = "connection failed (is 'racimo serve' running there?)";
+        struct evbuffer *b = evhttp_request_get_input_buffer(req);
+        size_t n = b ? evbuffer_get_length(b) : 0;
+        if ((r->body = malloc(n + 1))) {
+            if (n)
+                evbuffer_remove(b, r->body, n);
+            r->body[n] = 0;
+            r->len = n;
+        }
+    }
+    event_base_loopexit(r->base, NULL);
+}
+
+static int fetch(const char *host, int port, const char *key, reply *r)
+{
+    struct event_base *base = event_base_new();
+    struct evhttp_connection *conn = base ? evhttp_connection_base_new(base, NULL, host, (ev_uint16_t)port) : NULL;
+    struct evhttp_request *req = conn ? evhttp_request_new(on_done, r) : NULL;
+    if (!req) {
+        if (conn)
+            evhttp_connection_free(conn);
+        if (base)
+            event_base_free(base);
+        r->error = "out of memory";
+        return -1;
+    }
+    r->base = base;
+    evhttp_connection_set_timeout(conn, 10);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    char hostport[300], auth[512];
+    snprintf(hostport, sizeof hostport, "%s:%d", host, port);
+    evhttp_add_header(h, "Host", hostport);
+    evhttp_add_header(h, "Accept", "application/json");
+    if (key && *key) {
+        snprintf(auth, sizeof auth, "Bearer %s", key);
+        evhttp_add_header(h, "Authorization", auth);
+    }
+    int rc = evhttp_make_request(conn, req, EVHTTP_REQ_GET, "/v1/cluster");
+    if (rc == 0)
+        event_base_dispatch(base);
+    else
+        r->error = "cannot send the request";
+    evhttp_connection_free(conn);
+    event_base_free(base);
+    return r->error ? -1 : 0;
+}
+
+static const char *str(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "-";
+}
+
+static void human_bytes(double b, char *out, size_t cap)
+{
+    if (b <= 0)
+        snprintf(out, cap, "-");
+    else if (b >= 1e12)
+        snprintf(out, cap, "%.1fT", b / 1e12);
+    else if (b >= 1e9)
+        snprintf(out, cap, "%.1fG", b / 1e9);
+    else
+        snprintf(out, cap, "%.0fM", b / 1e6);
+}
+
+static const char *name_of(json_t *snap, const char *id)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(snap, "nodes"), i, n)
+        if (!strcmp(str(n, "id"), id))
+            return str(n, "name");
+    return "?";
+}
+
+static void print_tables(json_t *s)
+{
+    const char *leader = str(s, "leader");
+    printf("%-10s %-16s %-5s %-22s %5s %-12s %-11s %7s %7s  %s\n", "ID", "NAME", "STATE",
+           "ADDRESS", "CORES", "SIMD", "MEM FREE", "GB/s", "GFLOP/s", "MODELS (serving*)");
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(s, "nodes"), i, n) {
+        json_t *hw = json_object_get(n, "hardware");
+        char idcol[16], addr[64], free_s[16], total_s[16], mem[40], bw[16], gf[16];
+        snprintf(idcol, sizeof idcol, "%.8s%s%s", str(n, "id"),
+                 !strcmp(str(n, "id"), leader) ? "L" : "",
+                 json_is_true(json_object_get(n, "self")) ? "*" : "");
+        json_t *addrs = json_object_get(n, "addresses");
+        snprintf(addr, sizeof addr, "%s:%d",
+                 json_array_size(addrs) ? json_string_value(json_array_get(addrs, 0)) : "?",
+                 (int)json_integer_value(json_object_get(n, "cluster_port")));
+        human_bytes(json_number_value(json_object_get(hw, "mem_free")), free_s, sizeof free_s);
+        human_bytes(json_number_value(json_object_get(hw, "mem_total")), total_s, sizeof total_s);
+        snprintf(mem, sizeof mem, "%s/%s", free_s, total_s);
+        json_t *b = json_object_get(hw, "mem_bandwidth"), *g = json_object_get(hw, "matmul_gflops");
+        snprintf(bw, sizeof bw, json_is_number(b) ? "%.1f" : "-", json_number_value(b) / 1e9);
+        snprintf(gf, sizeof gf, json_is_number(g) ? "%.1f" : "-", json_number_value(g));
+        char models[512] = "";
+        size_t j, used = 0;
+        json_t *m;
+        json_t *serving = json_object_get(n, "serving");
+        json_array_foreach(json_object_get(n, "models"), j, m) {
+            const char *mn = str(m, "name");
+            bool serves = false;
+            size_t k;
+            json_t *sv;
+            json_array_foreach(serving, k, sv)
+                serves = serves || !strcmp(json_string_value(sv) ? json_string_value(sv) : "", mn);
+            int w = snprintf(models + used, sizeof models - used, "%s%s%s", used ? ", " : "", mn,
+                             serves ? "*" : "");
+            if (w < 0 || (size_t)w >= sizeof models - used)
+                break;
+            used += (size_t)w;
+        }
+        printf("%-10s %-16.16s %-5s %-22s %5d %-12.12s %-11s %7s %7s  %s\n", idcol, str(n, "name"),
+               str(n, "state"), addr, (int)json_integer_value(json_object_get(hw, "cores")),
+               str(hw, "simd"), mem, bw, gf, used ? models : "-");
+    }
+    json_t *links = json_object_get(s, "links");
+    if (json_array_size(links)) {
+        printf("\n%-27s %-27s %8s %10s\n", "FROM", "TO", "RTT ms", "Mbit/s");
+        json_t *l;
+        json_array_foreach(links, i, l) {
+            char from[40], to[40], bw[24];
+            snprintf(from, sizeof from, "%.8s %.16s", str(l, "from"), name_of(s, str(l, "from")));
+            snprintf(to, sizeof to, "%.8s %.16s", str(l, "to"), name_of(s, str(l, "to")));
+            json_t *b = json_object_get(l, "bandwidth_mbps");
+            snprintf(bw, sizeof bw, json_is_number(b) ? "%.0f" : "-", json_number_value(b));
+            printf("%-27s %-27s %8.2f %10s\n", from, to,
+                   json_number_value(json_object_get(l, "rtt_ms")), bw);
+        }
+    }
+    printf("\nleader %.8s (%s); %d of %d nodes up%s; L = leader, * = the node asked\n", leader,
+           name_of(s, leader), (int)json_integer_value(json_object_get(s, "members_up")),
+           (int)json_integer_value(json_object_get(s, "members")),
+           json_is_true(json_object_get(s, "quorum")) ? ", quorum" : ", NO quorum (minority side)");
+}
+
+int cmd_nodes(int argc, char **argv)
+{
+    const char *host = "127.0.0.1", *key = getenv("RACIMO_API_KEY");
+    long port = 8080;
+    bool as_json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            as_json = true;
+        } else if (!strcmp(a, "--host") && v) {
+            host = v;
+            i++;
+        } else if (!strcmp(a, "--port") && v) {
+            if (cli_parse_int(v, 1, 65535, &port)) {
+                fprintf(stderr, "racimo: nodes: --port wants a number from 1 to 65535\n");
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--api-key") && v) {
+            key = v;
+            i++;
+        } else {
+            fprintf(stderr, "racimo: nodes: unknown option or missing value: '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    reply r = { 0 };
+    int rc = 1;
+    if (fetch(host, (int)port, key, &r)) {
+        fprintf(stderr, "racimo: nodes: http://%s:%ld/v1/cluster: %s\n", host, port, r.error);
+        goto out;
+    }
+    if (r.status != 200) {
+        fprintf(stderr, "racimo: nodes: http://%s:%ld/v1/cluster answered %d%s%s\n", host, port,
+                r.status, r.len ? ": " : "", r.len ? r.body : "");
+        goto out;
+    }
+    json_error_t err;
+    json_t *s = json_loadb(r.body, r.len, 0, &err);
+    if (!json_is_object(s)) {
+        fprintf(stderr, "racimo: nodes: the answer is not JSON: %s\n", err.text);
+        json_decref(s);
+        goto out;
+    }
+    if (as_json) {
+        char *out = json_dumps(s, JSON_INDENT(2));
+        if (out)
+            printf("%s\n", out);
+        free(out);
+        rc = 0;
+    } else if (!json_is_array(json_object_get(s, "nodes"))) {
+        fprintf(stderr, "racimo: nodes: the node at %s:%ld runs without a cluster\n", host, port);
+    } else {
+        print_tables(s);
+        rc = 0;
+    }
+    json_decref(s);
+out:
+    free(r.body);
+    return rc;
+}

@@ -1,0 +1,988 @@
+/* cluster.c - the cluster's life cycle, thread and view.
+ *
+ * The thread runs one libevent loop: the listening socket, the mDNS socket,
+ * each peer's connection, and a tick every TICK_MS that sends heartbeats
+ * and probes, notices silent peers, dials nodes that are down, and
+ * publishes this node's STATE.
+ *
+ * Membership.  A node is known once met by any means (mDNS, static peer,
+ * another node's STATE, peers.json) and forgotten after forget_after_ms
+ * down.  It is "up" in this node's view while a link to it is open and
+ * carried a frame within down_after_ms; every node keeps a link to every
+ * other (a full mesh), so all views agree once links settle.  The leader is
+ * the up node with the smallest id; it alone places instances (later
+ * issues), and only while its side has a quorum: a strict majority of the
+ * known membership up.  docs/cluster-protocol.md explains the partition
+ * rule.  Links in the view are each node's own measures, shared in STATE.
+ */
+#include "cluster/cluster_internal.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/os.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+
+#define TICK_MS        100
+#define MS             1000000ull
+#define MAX_HANDSHAKES 64
+#define STATE_MAX      (4u << 20)
+#define VERSION_TEXT   "0.1.0"
+
+void cluster_config_default(cluster_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->port = CLUSTER_DEFAULT_PORT;
+    c->heartbeat_ms = 500;
+    c->down_after_ms = 3000;
+    c->probe_ms = 10000;
+    c->forget_after_ms = 3600000;
+    c->bench = 1;
+}
+
+/* ---- the node table ---- */
+
+cl_node *cl__node_find(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
+{
+    for (int i = 0; i < c->n_nodes; i++)
+        if (!memcmp(c->nodes[i]->id, id, WIRE_ID_BYTES))
+            return c->nodes[i];
+    return NULL;
+}
+
+cl_node *cl__node_add(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
+{
+    if (c->n_nodes >= 4096)
+        return NULL;
+    cl_node *n = rc_calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    memcpy(n->id, id, WIRE_ID_BYTES);
+    wire_hex(id, WIRE_ID_BYTES, n->id_hex);
+    n->down_since_ns = os_now_ns();
+    pthread_mutex_lock(&c->mu);
+    if (c->n_nodes == c->cap_nodes) {
+        int cap = c->cap_nodes ? 2 * c->cap_nodes : 8;
+        cl_node **nn = rc_realloc(c->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) {
+            pthread_mutex_unlock(&c->mu);
+            rc_free(n);
+            return NULL;
+        }
+        c->nodes = nn;
+        c->cap_nodes = cap;
+    }
+    c->nodes[c->n_nodes++] = n;
+    pthread_mutex_unlock(&c->mu);
+    c->peers_dirty = true;
+    return n;
+}
+
+static void node_free(cl_node *n)
+{
+    if (n) {
+        json_decref(n->info);
+        rc_free(n);
+    }
+}
+
+static bool valid_ipv4(const char *a)
+{
+    struct in_addr ia;
+    return a && strlen(a) < CL_ADDR_LEN && inet_pton(AF_INET, a, &ia) == 1;
+}
+
+/* Caller holds no lock. */
+void cl__node_add_addr(struct cluster *c, cl_node *n, const char *addr)
+{
+    if (!valid_ipv4(addr))
+        return;
+    pthread_mutex_lock(&c->mu);
+    bool have = false;
+    for (int i = 0; i < n->addrs.n_addrs; i++)
+        have = have || !strcmp(n->addrs.addrs[i], addr);
+    if (!have && n->addrs.n_addrs < CL_MAX_ADDRS) {
+        snprintf(n->addrs.addrs[n->addrs.n_addrs++], CL_ADDR_LEN, "%s", addr);
+        c->peers_dirty = true;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static cl_node *self_node(struct cluster *c) { return c->nodes[0]; }
+
+/* ---- this node's STATE ---- */
+
+static void self_addrs(struct cluster *c, addr_list *out)
+{
+    out->n_addrs = 0;
+    if (c->advertise[0]) {
+        out->n_addrs = 1;
+        snprintf(out->addrs[0], CL_ADDR_LEN, "%s", c->advertise);
+        return;
+    }
+    cl__local_addrs(out, false);
+    if (!out->n_addrs) {
+        out->n_addrs = 1;
+        snprintf(out->addrs[0], CL_ADDR_LEN, "127.0.0.1");
+    }
+}
+
+static json_t *addr_json(const addr_list *a)
+{
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < a->n_addrs; i++)
+        json_array_append_new(arr, json_string(a->addrs[i]));
+    return arr;
+}
+
+/* This node's record; the caller holds mu. */
+json_t *cl__self_state(struct cluster *c)
+{
+    cl_node *self = self_node(c);
+    json_t *peers = json_array(), *links = json_array();
+    for (int i = 1; i < c->n_nodes; i++) {
+        cl_node *n = c->nodes[i];
+        if (!n->member)
+            continue;
+        json_array_append_new(peers, json_pack("{s:s, s:o, s:i, s:s}", "id", n->id_hex,
+                                               "addresses", addr_json(&n->addrs), "cluster_port",
+                                               n->cluster_port, "state", n->up ? "up" : "down"));
+        if (n->up && n->rtt_ms > 0)
+            json_array_append_new(links, json_pack("{s:s, s:f, s:o}", "to", n->id_hex, "rtt_ms",
+                                                   n->rtt_ms, "bandwidth_mbps",
+                                                   n->bw_mbps > 0 ? json_real(n->bw_mbps)
+                                                                  : json_null()));
+    }
+    char proto[16];
+    snprintf(proto, sizeof proto, "%d.%d", c->major, c->minor);
+    return json_pack("{s:s, s:s, s:o, s:i, s:i, s:s, s:s, s:o, s:O, s:O, s:o, s:o}",
+                     "id", self->id_hex, "name", c->name, "addresses", addr_json(&self->addrs),
+                     "cluster_port", c->port, "http_port", c->cfg.http_port,
+                     "version", VERSION_TEXT, "protocol", proto,
+                     "hardware", cl__hw_json(&c->hw),
+                     "models", c->models, "serving", c->serving,
+                     "peers", peers, "links", links);
+}
+
+static void send_state(struct cluster *c, cl_conn *only)
+{
+    pthread_mutex_lock(&c->mu);
+    json_t *st = cl__self_state(c);
+    c->self_dirty = false;
+    pthread_mutex_unlock(&c->mu);
+    char *s = st ? json_dumps(st, JSON_COMPACT) : NULL;
+    json_decref(st);
+    if (!s)
+        return;
+    size_t n = strlen(s);
+    for (cl_conn *k = c->conns; k; k = k->next)
+        if (k->phase == PH_OPEN && (!only || k == only))
+            cl__conn_send(k, WIRE_STATE, s, n, false);
+    free(s);
+}
+
+/* ---- membership ---- */
+
+static void update_membership(struct cluster *c, uint64_t now)
+{
+    for (int i = 1; i < c->n_nodes; i++) {
+        cl_node *n = c->nodes[i];
+        bool up = n->conn && n->conn->phase == PH_OPEN &&
+                  cl__since(now, n->conn->last_rx_ns) <= (uint64_t)c->cfg.down_after_ms * MS;
+        if (up == n->up)
+            continue;
+        pthread_mutex_lock(&c->mu);
+        n->up = up;
+        if (!up) {
+            n->down_since_ns = now;
+            n->rtt_ms = n->bw_mbps = 0;
+        }
+        c->self_dirty = true;
+        pthread_mutex_unlock(&c->mu);
+        rc_log(up ? LOG_INFO : LOG_WARN, "cluster: node %.8s (%s) is %s", n->id_hex,
+               n->name[0] ? n->name : "?", up ? "up" : "down");
+        if (!up)
+            n->next_dial_ns = now;   /* try again at once (it may have restarted) */
+    }
+}
+
+void cl__on_established(struct cluster *c, cl_conn *k)
+{
+    uint64_t now = os_now_ns();
+    cl_node *self = self_node(c);
+    if (c->stopping) {
+        cl__conn_close(k, "node shutting down");
+        return;
+    }
+    if (!memcmp(k->ws.peer_id, self->id, WIRE_ID_BYTES)) {
+        rc_log(LOG_DEBUG, "cluster: %s is this node itself", k->peer_addr);
+        if (k->static_idx >= 0)
+            c->statics[k->static_idx].is_self = true;
+        cl__conn_close(k, NULL);
+        return;
+    }
+    cl_node *n = cl__node_find(c, k->ws.peer_id);
+    if (!n && !(n = cl__node_add(c, k->ws.peer_id))) {
+        cl__conn_close(k, "out of memory");
+        return;
+    }
+    if (k->static_idx >= 0) {
+        cl_static *s = &c->statics[k->static_idx];
+        s->known = true;
+        memcpy(s->id, n->id, WIRE_ID_BYTES);
+    }
+    k->node = n;
+    if (n->conn && n->conn != k) {
+        cl_conn *old = n->conn;
+        /* Both ends apply the same rule to two simultaneous links, so they
+         * keep the same one: the link dialled by the smaller node id.  A
+         * link already silent is stale (the peer restarted): the new wins. */
+        bool old_fresh = cl__since(now, old->last_rx_ns) < 2ull * (uint64_t)c->cfg.heartbeat_ms * MS;
+        const uint8_t *d_new = k->role == WIRE_DIALER ? self->id : n->id;
+        const uint8_t *d_old = old->role == WIRE_DIALER ? self->id : n->id;
+        bool keep_new = !old_fresh || memcmp(d_new, d_old, WIRE_ID_BYTES) < 0;
+        if (!keep_new) {
+            cl__conn_close(k, "duplicate link");
+            return;
+        }
+        n->conn = k;
+        cl__conn_close(old, "duplicate link");
+    }
+    n->conn = k;
+    n->last_rx_ns = now;
+    if (!n->member) {
+        pthread_mutex_lock(&c->mu);
+        n->member = true;
+        pthread_mutex_unlock(&c->mu);
+        c->peers_dirty = true;
+    }
+    if (k->role == WIRE_LISTENER && !n->addrs.n_addrs) {
+        char ip[sizeof k->peer_addr];
+        memcpy(ip, k->peer_addr, sizeof ip);
+        ip[strcspn(ip, ":")] = 0;
+        cl__node_add_addr(c, n, ip);
+    }
+    rc_log(LOG_INFO, "cluster: %s node %.8s at %s (authenticated, protocol %d.%d)",
+           k->role == WIRE_DIALER ? "linked to" : "accepted", n->id_hex, k->peer_addr,
+           k->ws.peer_major, k->ws.peer_minor);
+    send_state(c, k);
+    update_membership(c, now);
+}
+
+void cl__on_closed(struct cluster *c, cl_conn *k)
+{
+    uint64_t now = os_now_ns();
+    if (k->node && k->node->conn == k)
+        k->node->conn = NULL;
+    if (k->target && k->target->dialing == k) {
+        k->target->dialing = NULL;
+        if (k->refused)
+            k->target->next_dial_ns = now + 30000 * MS;
+    }
+    if (k->static_idx >= 0 && c->statics[k->static_idx].dialing == k) {
+        c->statics[k->static_idx].dialing = NULL;
+        if (k->refused)
+            c->statics[k->static_idx].next_dial_ns = now + 30000 * MS;
+    }
+    update_membership(c, now);
+}
+
+void cl__on_found(struct cluster *c, const uint8_t id[WIRE_ID_BYTES], const char *addr, int port)
+{
+    if (!memcmp(id, self_node(c)->id, WIRE_ID_BYTES) || port <= 0 || port > 65535)
+        return;
+    cl_node *n = cl__node_find(c, id);
+    bool fresh = !n;
+    if (!n && !(n = cl__node_add(c, id)))
+        return;
+    cl__node_add_addr(c, n, addr);
+    if (n->cluster_port != port) {
+        pthread_mutex_lock(&c->mu);
+        n->cluster_port = port;
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (fresh)
+        rc_log(LOG_INFO, "cluster: discovered node %.8s at %s:%d", n->id_hex, addr, port);
+    if (!n->conn && !n->dialing && fresh)
+        n->next_dial_ns = 0;
+}
+
+static int json_port(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    json_int_t p = json_is_integer(v) ? json_integer_value(v) : 0;
+    return p > 0 && p < 65536 ? (int)p : 0;
+}
+
+void cl__on_state(struct cluster *c, cl_conn *k, const uint8_t *data, size_t len)
+{
+    cl_node *n = k->node;
+    if (!n || len > STATE_MAX)
+        return;
+    json_error_t err;
+    json_t *st = json_loadb((const char *)data, len, JSON_REJECT_DUPLICATES, &err);
+    const char *id = json_string_value(json_object_get(st, "id"));
+    if (!json_is_object(st) || !id || strcmp(id, n->id_hex)) {
+        rc_log(LOG_WARN, "cluster: node %.8s sent a malformed STATE; ignored", n->id_hex);
+        json_decref(st);
+        return;
+    }
+    const char *name = json_string_value(json_object_get(st, "name"));
+    pthread_mutex_lock(&c->mu);
+    json_decref(n->info);
+    n->info = st;
+    if (name)
+        snprintf(n->name, sizeof n->name, "%s", name);
+    int cp = json_port(st, "cluster_port"), hp = json_port(st, "http_port");
+    if (cp && cp != n->cluster_port) {
+        n->cluster_port = cp;
+        c->peers_dirty = true;
+    }
+    n->http_port = hp;
+    addr_list al = { .n_addrs = 0 };
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(st, "addresses"), i, a)
+        if (al.n_addrs < CL_MAX_ADDRS && valid_ipv4(json_string_value(a)))
+            snprintf(al.addrs[al.n_addrs++], CL_ADDR_LEN, "%s", json_string_value(a));
+    if (al.n_addrs && memcmp(&al, &n->addrs, sizeof al)) {
+        n->addrs = al;
+        c->peers_dirty = true;
+    }
+    pthread_mutex_unlock(&c->mu);
+    /* gossip: nodes the sender has a link to that we have not met */
+    json_t *p;
+    json_array_foreach(json_object_get(st, "peers"), i, p) {
+        uint8_t pid[WIRE_ID_BYTES];
+        const char *ps = json_string_value(json_object_get(p, "id"));
+        const char *state = json_string_value(json_object_get(p, "state"));
+        int port = json_port(p, "cluster_port");
+        if (i >= 256 || !ps || wire_unhex(ps, pid, WIRE_ID_BYTES) || !state ||
+            strcmp(state, "up") || !port || cl__node_find(c, pid))
+            continue;
+        size_t j;
+        json_t *pa;
+        json_array_foreach(json_object_get(p, "addresses"), j, pa) {
+            if (valid_ipv4(json_string_value(pa))) {
+                cl__on_found(c, pid, json_string_value(pa), port);
+                cl_node *m = cl__node_find(c, pid);
+                if (m) {
+                    cl__node_add_addr(c, m, json_string_value(pa));
+                    pthread_mutex_lock(&c->mu);
+                    m->member = true;     /* vouched for by an authenticated member */
+                    pthread_mutex_unlock(&c->mu);
+                }
+            }
+        }
+    }
+}
+
+/* ---- the loop ---- */
+
+void cl__schedule_reap(struct cluster *c)
+{
+    if (c->reap_ev)
+        event_active(c->reap_ev, 0, 0);
+}
+
+static void reap(struct cluster *c, uint64_t now)
+{
+    for (cl_conn **pp = &c->conns; *pp;) {
+        cl_conn *k = *pp;
+        bool go = k->phase == PH_DEAD &&
+                  (k->broken || !k->bev || cl__conn_pending(k) == 0 || cl__since(now, k->dead_ns) > 1000 * MS);
+        if (go) {
+            *pp = k->next;
+            cl__conn_free(k);
+        } else {
+            pp = &k->next;
+        }
+    }
+}
+
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    reap(arg, os_now_ns());
+}
+
+static void dial_nodes(struct cluster *c, uint64_t now)
+{
+    for (int i = 1; i < c->n_nodes; i++) {
+        cl_node *n = c->nodes[i];
+        if (n->conn || n->dialing || !n->addrs.n_addrs || !n->cluster_port || now < n->next_dial_ns)
+            continue;
+        const char *a = n->addrs.addrs[n->dial_idx++ % n->addrs.n_addrs];
+        cl_conn *k = cl__conn_dial(c, a, n->cluster_port);
+        if (k) {
+            k->target = n;
+            n->dialing = k;
+        }
+        /* every second while it may just be restarting, then every 5 s */
+        n->next_dial_ns = now + (cl__since(now, n->down_since_ns) < 60000 * MS ? 1000 : 5000) * MS;
+    }
+    for (int i = 0; i < c->n_statics; i++) {
+        cl_static *s = &c->statics[i];
+        if (s->is_self || s->dialing || now < s->next_dial_ns)
+            continue;
+        s->next_dial_ns = now + 1000 * MS;
+        cl_node *n = s->known ? cl__node_find(c, s->id) : NULL;
+        if (n && (n->conn || n->dialing))
+            continue;
+        cl_conn *k = cl__conn_dial(c, s->host, s->port);
+        if (k) {
+            k->static_idx = i;
+            s->dialing = k;
+        }
+    }
+}
+
+static void forget_nodes(struct cluster *c, uint64_t now)
+{
+    for (int i = 1; i < c->n_nodes; i++) {
+        cl_node *n = c->nodes[i];
+        uint64_t limit = n->member ? (uint64_t)c->cfg.forget_after_ms * MS : 60000 * MS;
+        if (n->up || n->conn || n->dialing || cl__since(now, n->down_since_ns) < limit)
+            continue;
+        for (cl_conn *k = c->conns; k; k = k->next) {
+            if (k->node == n)
+                k->node = NULL;
+            if (k->target == n)
+                k->target = NULL;
+        }
+        rc_log(n->member ? LOG_INFO : LOG_DEBUG, "cluster: forgetting node %.8s (%s), down for %d s",
+               n->id_hex, n->name, (int)(limit / (1000 * MS)));
+        pthread_mutex_lock(&c->mu);
+        c->nodes[i] = c->nodes[--c->n_nodes];
+        c->self_dirty = true;
+        pthread_mutex_unlock(&c->mu);
+        node_free(n);
+        c->peers_dirty = true;
+        i--;
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct cluster *c = arg;
+    uint64_t now = os_now_ns();
+    for (cl_conn *k = c->conns; k; k = k->next)
+        cl__conn_tick(k, now);
+    update_membership(c, now);
+    forget_nodes(c, now);
+    dial_nodes(c, now);
+    if (c->disc)
+        discovery_tick(c->disc, now);
+    if (now >= c->next_mem_ns) {
+        pthread_mutex_lock(&c->mu);
+        cl__hw_mem(&c->hw);
+        pthread_mutex_unlock(&c->mu);
+        c->next_mem_ns = now + 2000 * MS;
+        c->next_state_ns = 0;
+    }
+    if (now >= c->next_scan_ns) {
+        json_t *m = cl__models_scan(c->models_dir, c->ro_dirs);
+        pthread_mutex_lock(&c->mu);
+        if (m && !json_equal(m, c->models)) {
+            json_decref(c->models);
+            c->models = json_incref(m);
+            c->self_dirty = true;
+        }
+        pthread_mutex_unlock(&c->mu);
+        json_decref(m);
+        c->next_scan_ns = now + 10000 * MS;
+    }
+    pthread_mutex_lock(&c->mu);
+    bool dirty = c->self_dirty;
+    pthread_mutex_unlock(&c->mu);
+    if (dirty || now >= c->next_state_ns) {
+        send_state(c, NULL);
+        c->next_state_ns = now + 2000 * MS;
+    }
+    if (c->peers_dirty) {
+        c->peers_dirty = false;
+        cl__peers_save(c);
+    }
+    reap(c, now);
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct cluster *c = arg;
+    pthread_mutex_lock(&c->mu);
+    cl_out *q = c->out_head;
+    c->out_head = c->out_tail = NULL;
+    bool dirty = c->self_dirty;
+    pthread_mutex_unlock(&c->mu);
+    while (q) {
+        cl_out *next = q->next;
+        cl_node *n = cl__node_find(c, q->to);
+        if (n && n->conn && n->conn->phase == PH_OPEN)
+            cl__conn_send(n->conn, q->type, q->data, q->len, false);
+        else
+            rc_log(LOG_DEBUG, "cluster: dropping a message for a node without a link");
+        rc_free(q);
+        q = next;
+    }
+    if (dirty)
+        send_state(c, NULL);
+}
+
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+    struct cluster *c = arg;
+    c->stopping = true;
+    evconnlistener_disable(c->listener);
+    event_del(c->tick_ev);
+    discovery_goodbye(c->disc);
+    for (cl_conn *k = c->conns; k; k = k->next)
+        cl__conn_close(k, "node shutting down");
+    if (c->peers_dirty)
+        cl__peers_save(c);
+    /* a moment for the goodbyes to leave */
+    struct timeval tv = { 0, 200000 };
+    event_base_loopexit(c->base, &tv);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
+                      void *arg)
+{
+    struct cluster *c = arg;
+    if (c->stopping) {
+        evutil_closesocket(fd);
+        return;
+    }
+    int pending = 0;
+    for (cl_conn *k = c->conns; k; k = k->next)
+        pending += k->phase == PH_HELLO || k->phase == PH_AUTH;
+    if (pending >= MAX_HANDSHAKES || !cl__conn_accept(c, fd, sa)) {
+        rc_log(LOG_WARN, "cluster: too many connections in handshake; dropping one");
+        evutil_closesocket(fd);
+    }
+}
+
+static void *thread_main(void *arg)
+{
+    struct cluster *c = arg;
+    event_active(c->tick_ev, 0, 0);
+    event_base_dispatch(c->base);
+    return NULL;
+}
+
+static void *bench_main(void *arg)
+{
+    struct cluster *c = arg;
+    cl_hw h;
+    pthread_mutex_lock(&c->mu);
+    h = c->hw;
+    pthread_mutex_unlock(&c->mu);
+    cl__bench_run(c->state_dir, &h);
+    pthread_mutex_lock(&c->mu);
+    c->hw.mem_bw = h.mem_bw;
+    c->hw.gflops = h.gflops;
+    c->self_dirty = true;
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* ---- public ---- */
+
+static bool is_loopback(const char *h)
+{
+    return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1");
+}
+
+static int add_static(struct cluster *c, const char *spec)
+{
+    char host[CL_ADDR_LEN];
+    int port = c->cfg.port > 0 ? c->cfg.port : CLUSTER_DEFAULT_PORT;
+    const char *colon = strrchr(spec, ':');
+    size_t hl = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (hl == 0 || hl >= sizeof host)
+        return rc_fail(RC_EINVAL, "bad peer '%s' (want host:port)", spec);
+    memcpy(host, spec, hl);
+    host[hl] = 0;
+    if (colon) {
+        char *end;
+        long p = strtol(colon + 1, &end, 10);
+        if (*end || p <= 0 || p > 65535)
+            return rc_fail(RC_EINVAL, "bad port in peer '%s'", spec);
+        port = (int)p;
+    }
+    cl_static *ns = rc_realloc(c->statics, (size_t)(c->n_statics + 1) * sizeof *ns);
+    if (!ns)
+        return rc_fail(RC_ENOMEM, "peers");
+    c->statics = ns;
+    memset(&ns[c->n_statics], 0, sizeof *ns);
+    snprintf(ns[c->n_statics].host, CL_ADDR_LEN, "%s", host);
+    ns[c->n_statics].port = port;
+    c->n_statics++;
+    return 0;
+}
+
+int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
+{
+    *out = NULL;
+    if (created)
+        *created = false;
+    if (sodium_init() < 0)
+        return rc_fail(RC_EIO, "libsodium failed to initialise");
+    struct cluster *c = rc_calloc(1, sizeof *c);
+    if (!c)
+        return rc_fail(RC_ENOMEM, "cluster");
+    c->lock_fd = -1;
+    int r = 0;
+    c->cfg = *cfg;
+    cluster_config def;
+    cluster_config_default(&def);
+    if (c->cfg.heartbeat_ms <= 0) c->cfg.heartbeat_ms = def.heartbeat_ms;
+    if (c->cfg.down_after_ms <= 0) c->cfg.down_after_ms = def.down_after_ms;
+    if (c->cfg.down_after_ms < 2 * c->cfg.heartbeat_ms) c->cfg.down_after_ms = 2 * c->cfg.heartbeat_ms;
+    if (c->cfg.probe_ms < 0) c->cfg.probe_ms = 0;
+    if (c->cfg.forget_after_ms <= 0) c->cfg.forget_after_ms = def.forget_after_ms;
+    c->major = cfg->proto_major > 0 ? cfg->proto_major : WIRE_PROTO_MAJOR;
+    c->minor = cfg->proto_major > 0 ? cfg->proto_minor : WIRE_PROTO_MINOR;
+    /* for the end-to-end tests only: a process that speaks another version */
+    const char *tp = getenv("RACIMO_TEST_PROTOCOL");
+    int tmaj, tmin;
+    if (cfg->proto_major <= 0 && tp && sscanf(tp, "%d.%d", &tmaj, &tmin) == 2 && tmaj > 0 &&
+        tmaj < 65536 && tmin >= 0 && tmin < 65536) {
+        c->major = tmaj;
+        c->minor = tmin;
+    }
+    c->t_start_ns = os_now_ns();
+    if (pthread_mutex_init(&c->mu, NULL)) {
+        rc_free(c);
+        return rc_fail(RC_EIO, "mutex");
+    }
+    c->mu_init = true;
+    if (cfg->name && *cfg->name)
+        snprintf(c->name, sizeof c->name, "%s", cfg->name);
+    else if (gethostname(c->name, sizeof c->name - 1) != 0 || !c->name[0])
+        snprintf(c->name, sizeof c->name, "racimo");
+    snprintf(c->listen_host, sizeof c->listen_host, "%s",
+             cfg->listen_host && *cfg->listen_host ? cfg->listen_host : "0.0.0.0");
+    if (cfg->advertise_host && *cfg->advertise_host) {
+        if (!valid_ipv4(cfg->advertise_host)) {
+            r = rc_fail(RC_EINVAL, "--advertise wants an IPv4 address, not '%s'", cfg->advertise_host);
+            goto fail;
+        }
+        snprintf(c->advertise, sizeof c->advertise, "%s", cfg->advertise_host);
+    } else if (strcmp(c->listen_host, "0.0.0.0") && valid_ipv4(c->listen_host)) {
+        snprintf(c->advertise, sizeof c->advertise, "%s", c->listen_host);
+    }
+    if ((r = cl__state_init(c, created)))
+        goto fail;
+    const char *md = cfg->models_dir ? cfg->models_dir : getenv("RACIMO_MODELS_DIR");
+    if (md && *md)
+        snprintf(c->models_dir, sizeof c->models_dir, "%s", md);
+    else
+        snprintf(c->models_dir, sizeof c->models_dir, "%s/models", c->state_dir);
+    const char *ro = cfg->ro_dirs ? cfg->ro_dirs : getenv("RACIMO_MODELS_READ_ONLY_DIRS");
+    if (ro && *ro && !(c->ro_dirs = rc_strdup(ro))) {
+        r = rc_fail(RC_ENOMEM, "cluster");
+        goto fail;
+    }
+    for (int i = 0; i < cfg->n_peers; i++)
+        if ((r = add_static(c, cfg->peers[i])))
+            goto fail;
+    if (c->hint[0] && (r = add_static(c, c->hint)))
+        goto fail;
+    cl__peers_load(c);
+    cl__hw_probe(&c->hw);
+    if (cfg->bench)
+        cl__bench_cached(c->state_dir, &c->hw);
+    c->models = cl__models_scan(c->models_dir, c->ro_dirs);
+    c->serving = json_array();
+    if (!(c->plain = rc_malloc(WIRE_FRAME_MAX)) || !c->models || !c->serving) {
+        r = rc_fail(RC_ENOMEM, "cluster");
+        goto fail;
+    }
+    /* the strings were copied; none is kept */
+    c->cfg.state_dir = c->cfg.join_token = c->cfg.listen_host = c->cfg.name = NULL;
+    c->cfg.advertise_host = c->cfg.models_dir = c->cfg.ro_dirs = NULL;
+    c->cfg.peers = NULL;
+    c->cfg.n_peers = 0;
+    *out = c;
+    return 0;
+fail:
+    cluster_free(c);
+    return r;
+}
+
+static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+static void enable_threads(void) { evthread_use_pthreads(); }
+
+static struct evconnlistener *listen_on(struct cluster *c, int port)
+{
+    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    if (inet_pton(AF_INET, strcmp(c->listen_host, "localhost") ? c->listen_host : "127.0.0.1",
+                  &sin.sin_addr) != 1)
+        return NULL;
+    return evconnlistener_new_bind(c->base, on_accept, c,
+                                   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+                                   64, (struct sockaddr *)&sin, sizeof sin);
+}
+
+int cluster_start(struct cluster *c)
+{
+    if (c->started)
+        return rc_fail(RC_ESTATE, "cluster already started");
+    pthread_once(&threads_once, enable_threads);
+    signal(SIGPIPE, SIG_IGN);
+    int r = 0;
+    if (!(c->base = event_base_new()))
+        return rc_fail(RC_ENOMEM, "event base");
+    struct in_addr probe;
+    if (strcmp(c->listen_host, "localhost") && inet_pton(AF_INET, c->listen_host, &probe) != 1)
+        return rc_fail(RC_EINVAL, "cluster listen address '%s' is not an IPv4 address",
+                       c->listen_host);
+    int port = c->cfg.port;
+    c->listener = listen_on(c, port);
+    if (!c->listener && !c->cfg.port_given && port == CLUSTER_DEFAULT_PORT) {
+        c->listener = listen_on(c, 0);
+        if (c->listener)
+            rc_log(LOG_WARN, "cluster: port %d is in use (another node on this machine?); "
+                             "using a free port instead", port);
+    }
+    if (!c->listener)
+        return rc_fail(RC_EIO, "cluster: cannot listen on %s:%d: %s", c->listen_host, port,
+                       strerror(errno));
+    struct sockaddr_in bound;
+    socklen_t bl = sizeof bound;
+    if (getsockname(evconnlistener_get_fd(c->listener), (struct sockaddr *)&bound, &bl) == 0)
+        c->port = ntohs(bound.sin_port);
+    pthread_mutex_lock(&c->mu);
+    self_addrs(c, &self_node(c)->addrs);
+    self_node(c)->cluster_port = c->port;
+    self_node(c)->http_port = c->cfg.http_port;
+    pthread_mutex_unlock(&c->mu);
+    struct timeval tv = { 0, TICK_MS * 1000 };
+    if (!(c->tick_ev = event_new(c->base, -1, EV_PERSIST, on_tick, c)) ||
+        !(c->stop_ev = event_new(c->base, -1, 0, on_stop, c)) ||
+        !(c->wake_ev = event_new(c->base, -1, 0, on_wake, c)) ||
+        !(c->reap_ev = event_new(c->base, -1, 0, on_reap, c)) || event_add(c->tick_ev, &tv))
+        return rc_fail(RC_ENOMEM, "cluster events");
+    if (!c->cfg.no_discovery && !is_loopback(c->listen_host) &&
+        !(c->advertise[0] && is_loopback(c->advertise))) {
+        if (discovery_new(c, &c->disc))
+            rc_log(LOG_WARN, "cluster: discovery is off: %s (use --peer)", rc_errmsg());
+    }
+    if (c->cfg.bench && c->hw.mem_bw <= 0) {
+        if (pthread_create(&c->bench_thread, NULL, bench_main, c) == 0)
+            c->bench_started = true;
+    }
+    if ((r = pthread_create(&c->thread, NULL, thread_main, c)) != 0)
+        return rc_fail(RC_EIO, "cluster thread: %s", strerror(r));
+    c->started = true;
+    rc_log(LOG_INFO, "cluster: node %.8s '%s' on %s:%d (cluster %s, protocol %d.%d%s)",
+           self_node(c)->id_hex, c->name, c->listen_host, c->port, c->fp, c->major, c->minor,
+           c->disc ? ", discovery on" : ", discovery off");
+    return 0;
+}
+
+json_t *cluster_snapshot(struct cluster *c)
+{
+    uint64_t now = os_now_ns();
+    pthread_mutex_lock(&c->mu);
+    json_t *nodes = json_array(), *links = json_array();
+    const char *leader = NULL;
+    int n_up = 0;
+    for (int i = 0; i < c->n_nodes; i++) {
+        cl_node *n = c->nodes[i];
+        if (!n->member)
+            continue;
+        bool up = n->is_self || n->up;
+        json_t *info = n->is_self ? cl__self_state(c) : json_incref(n->info);
+        json_t *o = json_pack("{s:s, s:s, s:o, s:i, s:i, s:s, s:b}", "id", n->id_hex, "name",
+                              n->name, "addresses", addr_json(&n->addrs), "cluster_port",
+                              n->cluster_port, "http_port", n->http_port, "state",
+                              up ? "up" : "down", "self", n->is_self);
+        if (!o) {
+            json_decref(info);
+            continue;
+        }
+        const char *copy[] = { "version", "protocol", "hardware", "models", "serving" };
+        for (size_t j = 0; j < sizeof copy / sizeof copy[0]; j++) {
+            json_t *v = json_object_get(info, copy[j]);
+            json_object_set_new(o, copy[j], v ? json_deep_copy(v)
+                                              : (j >= 3 ? json_array() : json_null()));
+        }
+        json_object_set_new(o, "down_for_ms", up ? json_null()
+                            : json_integer((json_int_t)((cl__since(now, n->down_since_ns)) / MS)));
+        json_array_append_new(nodes, o);
+        if (up) {
+            n_up++;
+            if (!leader || strcmp(n->id_hex, leader) < 0)
+                leader = n->id_hex;
+            /* this node's measures of its links, and the others' as they sent them */
+            size_t j;
+            json_t *l;
+            json_array_foreach(json_object_get(info, "links"), j, l) {
+                const char *to = json_string_value(json_object_get(l, "to"));
+                uint8_t tid[WIRE_ID_BYTES];
+                cl_node *t = to && !wire_unhex(to, tid, WIRE_ID_BYTES) ? cl__node_find(c, tid) : NULL;
+                if (!t || !t->member || !(t->is_self || t->up))
+                    continue;
+                json_t *rtt = json_object_get(l, "rtt_ms"), *bw = json_object_get(l, "bandwidth_mbps");
+                json_array_append_new(links, json_pack("{s:s, s:s, s:O, s:O}", "from", n->id_hex,
+                                                       "to", to, "rtt_ms", rtt ? rtt : json_null(),
+                                                       "bandwidth_mbps", bw ? bw : json_null()));
+            }
+        }
+        json_decref(info);
+    }
+    char proto[16];
+    snprintf(proto, sizeof proto, "%d.%d", c->major, c->minor);
+    int n_members = (int)json_array_size(nodes);
+    json_t *out = json_pack("{s:s, s:s, s:b, s:i, s:i, s:s, s:s, s:o, s:o}", "self",
+                            self_node(c)->id_hex, "leader", leader ? leader : self_node(c)->id_hex,
+                            "quorum", 2 * n_up > n_members, "members", n_members, "members_up",
+                            n_up, "protocol", proto, "fingerprint", c->fp, "nodes", nodes,
+                            "links", links);
+    pthread_mutex_unlock(&c->mu);
+    return out;
+}
+
+bool cluster_has_quorum(struct cluster *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int up = 0, members = 0;
+    for (int i = 0; i < c->n_nodes; i++) {
+        members += c->nodes[i]->member;
+        up += c->nodes[i]->member && (c->nodes[i]->is_self || c->nodes[i]->up);
+    }
+    bool q = 2 * up > members;
+    pthread_mutex_unlock(&c->mu);
+    return q;
+}
+
+const char *cluster_join_token(const struct cluster *c) { return c->token; }
+const char *cluster_self_id(const struct cluster *c) { return c->nodes[0]->id_hex; }
+int cluster_port(const struct cluster *c) { return c->port; }
+
+void cluster_set_http_port(struct cluster *c, int port)
+{
+    if (!c->started && port >= 0 && port < 65536)
+        c->cfg.http_port = port;
+}
+
+void cluster_set_serving(struct cluster *c, const char *const *names, int n)
+{
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < n; i++)
+        json_array_append_new(arr, json_string(names[i]));
+    if (!arr)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (json_equal(arr, c->serving)) {
+        pthread_mutex_unlock(&c->mu);
+        json_decref(arr);
+        return;
+    }
+    json_decref(c->serving);
+    c->serving = arr;
+    c->self_dirty = true;
+    pthread_mutex_unlock(&c->mu);
+    if (c->wake_ev)
+        event_active(c->wake_ev, 0, 0);
+}
+
+void cluster_set_handler(struct cluster *c, cluster_msg_fn fn, void *ud)
+{
+    c->on_msg = fn;
+    c->on_msg_ud = ud;
+}
+
+int cluster_send(struct cluster *c, const char *to_id, int type, const void *data, size_t len)
+{
+    uint8_t id[WIRE_ID_BYTES];
+    if (!to_id || wire_unhex(to_id, id, WIRE_ID_BYTES))
+        return rc_fail(RC_EINVAL, "bad node id");
+    if (type < 1 || type > 255)
+        return rc_fail(RC_EINVAL, "bad message type %d", type);
+    if (len > WIRE_MSG_MAX)
+        return rc_fail(RC_ELIMIT, "message of %zu bytes (limit %u)", len, WIRE_MSG_MAX);
+    if (!c->started)
+        return rc_fail(RC_ESTATE, "cluster not started");
+    pthread_mutex_lock(&c->mu);
+    cl_node *n = cl__node_find(c, id);
+    bool up = n && n->up;
+    pthread_mutex_unlock(&c->mu);
+    if (!up)
+        return rc_fail(RC_ENOTFOUND, "node %.8s has no open link", to_id);
+    cl_out *o = rc_malloc(sizeof *o + len);
+    if (!o)
+        return rc_fail(RC_ENOMEM, "queueing %zu bytes", len);
+    o->next = NULL;
+    memcpy(o->to, id, sizeof id);
+    o->type = type;
+    o->len = len;
+    if (len)
+        memcpy(o->data, data, len);
+    pthread_mutex_lock(&c->mu);
+    if (c->out_tail)
+        c->out_tail->next = o;
+    else
+        c->out_head = o;
+    c->out_tail = o;
+    pthread_mutex_unlock(&c->mu);
+    event_active(c->wake_ev, 0, 0);
+    return 0;
+}
+
+void cluster_free(struct cluster *c)
+{
+    if (!c)
+        return;
+    if (c->started) {
+        event_active(c->stop_ev, 0, 0);
+        pthread_join(c->thread, NULL);
+    }
+    if (c->bench_started)
+        pthread_join(c->bench_thread, NULL);
+    while (c->conns) {
+        cl_conn *k = c->conns;
+        c->conns = k->next;
+        cl__conn_free(k);
+    }
+    discovery_free(c->disc);
+    if (c->listener)
+        evconnlistener_free(c->listener);
+    struct event *evs[] = { c->tick_ev, c->stop_ev, c->wake_ev, c->reap_ev };
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+        if (evs[i])
+            event_free(evs[i]);
+    if (c->base)
+        event_base_free(c->base);
+    for (int i = 0; i < c->n_nodes; i++)
+        node_free(c->nodes[i]);
+    rc_free(c->nodes);
+    rc_free(c->statics);
+    while (c->out_head) {
+        cl_out *o = c->out_head;
+        c->out_head = o->next;
+        rc_free(o);
+    }
+    json_decref(c->models);
+    json_decref(c->serving);
+    rc_free(c->ro_dirs);
+    rc_free(c->plain);
+    if (c->mu_init)
+        pthread_mutex_destroy(&c->mu);
+    if (c->lock_fd >= 0)
+        close(c->lock_fd);          /* and with it the lock */
+    sodium_memzero(c->key, sizeof c->key);
+    sodium_memzero(c->token, sizeof c->token);
+    rc_free(c);
+}

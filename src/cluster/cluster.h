@@ -1,0 +1,128 @@
+/* cluster.h - a cluster of racimo nodes that forms itself: discovery
+ * (DNS-SD over multicast DNS, static peers, gossip), mutually authenticated
+ * and encrypted links keyed by the cluster key, membership with heartbeats,
+ * link probes, and one shared view (nodes, links, leader).
+ *
+ * A cluster runs on its own thread with its own libevent loop, apart from
+ * the HTTP server.  The calls below are thread safe unless noted.  The
+ * protocol is specified in docs/cluster-protocol.md.
+ *
+ * State directory (--state-dir, $RACIMO_HOME, default ~/.racimo), mode 0700:
+ *   cluster.key   the join token (mode 0600) - whoever reads it can join
+ *   node.id       this node's id (32 hex digits), kept across restarts
+ *   bench.json    the cached self-benchmark, keyed by CPU, cores and memory
+ *   peers.json    nodes met before, redialled after a restart
+ *   models/       the default models folder
+ */
+#ifndef RC_CLUSTER_H
+#define RC_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#define CLUSTER_DEFAULT_PORT 7719
+
+struct cluster;
+
+typedef struct {
+    const char *state_dir;        /* NULL: $RACIMO_HOME or ~/.racimo */
+    const char *join_token;       /* NULL: $RACIMO_JOIN_TOKEN, else the stored key, else a
+                                     new key is made */
+    const char *listen_host;      /* address the cluster port binds (default 0.0.0.0) */
+    int port;                     /* cluster TCP port (default CLUSTER_DEFAULT_PORT; 0 any);
+                                     when it is the default and busy, any free port */
+    bool port_given;              /* the port was asked for: busy is an error */
+    const char *const *peers;     /* static peers "host:port" (or "host") */
+    int n_peers;
+    const char *name;             /* NULL: the host name */
+    const char *advertise_host;   /* IPv4 address published to peers; NULL: the listen
+                                     address if specific, else every interface's */
+    bool no_discovery;            /* no multicast DNS (also when listening on loopback) */
+    int heartbeat_ms;             /* default 500 */
+    int down_after_ms;            /* default 3000: silent this long = down */
+    int probe_ms;                 /* default 10000: bandwidth probe interval per link */
+    int forget_after_ms;          /* default 3600000: a node down this long is dropped */
+    int http_port;                /* this node's API port, published (0: none) */
+    const char *models_dir;       /* NULL: $RACIMO_MODELS_DIR, else <state_dir>/models */
+    const char *ro_dirs;          /* NULL: $RACIMO_MODELS_READ_ONLY_DIRS */
+    int bench;                    /* 1 (default): measure bandwidth and matmul once and cache;
+                                     0: skip (tests) */
+    int proto_major, proto_minor; /* 0: WIRE_PROTO_* (or $RACIMO_TEST_PROTOCOL "M.m",
+                                     for tests); tests set others */
+} cluster_config;
+
+void cluster_config_default(cluster_config *c);
+
+/* Loads or creates the state directory, the key and the node id; the
+ * config's strings are copied (none needs to outlive the call).  *created
+ * (may be NULL) tells whether a new cluster key was made.  Returns 0 or a
+ * negative code with rc_errmsg() (bad token, unwritable directory...). */
+int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created);
+
+/* Binds the cluster port and the mDNS socket and starts the thread.
+ * RC_EIO when the port is taken (and was given), etc. */
+int cluster_start(struct cluster *c);
+
+/* The cluster view as JSON (a new reference):
+ *   {"self": id, "leader": id, "quorum": bool, "members": n, "members_up": n,
+ *    "protocol": "1.0", "fingerprint": hex,
+ *    "nodes": [{"id","name","addresses":[...],"cluster_port","http_port",
+ *               "state":"up"|"down","self":bool,"down_for_ms":n|null,
+ *               "version","protocol","hardware":{"cores","threads","simd","cpu",
+ *               "mem_total","mem_free","mem_bandwidth","matmul_gflops"},
+ *               "models":[{"name","size_bytes"}],"serving":[names]}...],
+ *    "links": [{"from","to","rtt_ms","bandwidth_mbps"}...]}
+ * Only members (nodes met, or vouched for by one) are listed; links only
+ * between nodes up.  NULL only when out of memory. */
+json_t *cluster_snapshot(struct cluster *c);
+
+/* The join token (racimo1-...); valid until cluster_free. */
+const char *cluster_join_token(const struct cluster *c);
+
+/* This node's id (32 hex digits) and the cluster port bound (after start). */
+const char *cluster_self_id(const struct cluster *c);
+int cluster_port(const struct cluster *c);
+
+/* The API port published, when known only after cluster_new (port 0).
+ * Before cluster_start. */
+void cluster_set_http_port(struct cluster *c, int port);
+
+/* What this node serves (model names), published to the others. */
+void cluster_set_serving(struct cluster *c, const char *const *names, int n);
+
+/* Whether this node's side sees a strict majority of the known membership
+ * (the partition rule: only such a side may place or restart instances). */
+bool cluster_has_quorum(struct cluster *c);
+
+/* ---- for the data plane (pipeline inference) ---- */
+
+/* Called on the cluster thread with each complete message of a data-plane
+ * type (0x40-0x7f) from an authenticated peer.  `data` is valid during the
+ * call only. */
+typedef void (*cluster_msg_fn)(void *ud, const char *from_id, int type,
+                               const uint8_t *data, size_t len);
+/* Sets the handler (before cluster_start). */
+void cluster_set_handler(struct cluster *c, cluster_msg_fn fn, void *ud);
+
+/* Queues a message of any size up to WIRE_MSG_MAX for a peer (sent in
+ * frames of at most 1 MiB); returns 0, RC_ENOTFOUND when the node has no
+ * open link, RC_ELIMIT, RC_ENOMEM.  Any thread. */
+int cluster_send(struct cluster *c, const char *to_id, int type, const void *data, size_t len);
+
+/* Stops the thread (telling peers and the network goodbye) and frees
+ * everything.  Accepts NULL and a cluster never started. */
+void cluster_free(struct cluster *c);
+
+/* ---- the state directory, for `racimo token` and `racimo serve` ---- */
+
+/* dir (or $RACIMO_HOME, or $HOME/.racimo) into out.  0 or RC_ELIMIT. */
+int cluster_state_dir(const char *dir, char *out, size_t cap);
+
+/* Reads the stored join token of a state directory.  RC_ENOTFOUND when the
+ * directory holds no key yet. */
+int cluster_read_token(const char *state_dir, char *out, size_t cap);
+
+#endif

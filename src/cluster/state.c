@@ -1,0 +1,330 @@
+/* state.c - the state directory of a node: the cluster key (stored as its
+ * join token, mode 0600), the node id, and the cache of peers met before.
+ *
+ * Files are written to a temporary name and moved into place, so a crash
+ * never leaves half a key; a new key is linked (not renamed) into place so
+ * two nodes started at once on one directory agree on one key.
+ */
+#include "cluster/cluster_internal.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/mem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int cluster_state_dir(const char *dir, char *out, size_t cap)
+{
+    const char *env = getenv("RACIMO_HOME"), *home = getenv("HOME");
+    int n;
+    if (dir && *dir)
+        n = snprintf(out, cap, "%s", dir);
+    else if (env && *env)
+        n = snprintf(out, cap, "%s", env);
+    else
+        n = snprintf(out, cap, "%s/.racimo", home && *home ? home : ".");
+    if (n < 0 || (size_t)n >= cap)
+        return rc_fail(RC_ELIMIT, "state directory path is too long");
+    return 0;
+}
+
+/* mkdir -p with mode 0700 for the parts it creates. */
+static int make_dirs(const char *path)
+{
+    char tmp[512];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
+        return rc_fail(RC_ELIMIT, "path too long: %s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+            return rc_fail(RC_EIO, "cannot create %s: %s", tmp, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+        return rc_fail(RC_EIO, "cannot create %s: %s", tmp, strerror(errno));
+    struct stat st;
+    if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode))
+        return rc_fail(RC_EIO, "%s is not a directory", tmp);
+    return 0;
+}
+
+/* Reads a small file (< cap bytes) into buf, NUL-terminated, trailing
+ * white space removed.  0, RC_ENOTFOUND or RC_EIO. */
+static int read_small(const char *path, char *buf, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? rc_fail(RC_ENOTFOUND, "%s does not exist", path)
+                               : rc_fail(RC_EIO, "cannot read %s: %s", path, strerror(errno));
+    ssize_t n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n < 0)
+        return rc_fail(RC_EIO, "cannot read %s: %s", path, strerror(errno));
+    buf[n] = 0;
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = 0;
+    return 0;
+}
+
+/* Writes data to path with `mode`: replace = rename over an old file;
+ * otherwise link, failing with RC_ESTATE when the file appeared meanwhile. */
+static int write_file(const char *path, const char *data, size_t n, int mode, bool replace)
+{
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return rc_fail(RC_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    bool ok = write(fd, data, n) == (ssize_t)n && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok;
+    if (!ok) {
+        unlink(tmp);
+        return rc_fail(RC_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    int r = 0;
+    if (replace) {
+        if (rename(tmp, path) != 0)
+            r = rc_fail(RC_EIO, "cannot replace %s: %s", path, strerror(errno));
+    } else if (link(tmp, path) != 0) {
+        r = errno == EEXIST ? RC_ESTATE
+                            : rc_fail(RC_EIO, "cannot create %s: %s", path, strerror(errno));
+    }
+    unlink(tmp);
+    return r;
+}
+
+int cluster_read_token(const char *state_dir, char *out, size_t cap)
+{
+    char path[600], buf[WIRE_TOKEN_MAX];
+    uint8_t key[WIRE_KEY_BYTES];
+    snprintf(path, sizeof path, "%s/cluster.key", state_dir);
+    int r = read_small(path, buf, sizeof buf);
+    if (r == RC_ENOTFOUND)
+        return rc_fail(RC_ENOTFOUND, "%s holds no cluster key yet (run 'racimo serve' once, "
+                                     "or join a cluster with --join)", state_dir);
+    if (r)
+        return r;
+    if (wire_token_decode(buf, key, NULL, 0))
+        return rc_wrap(RC_EFORMAT, "%s: ", path);
+    sodium_memzero(key, sizeof key);
+    if (strlen(buf) + 1 > cap)
+        return rc_fail(RC_ELIMIT, "token buffer too small");
+    strcpy(out, buf);
+    return 0;
+}
+
+static int load_key(struct cluster *c, bool *created)
+{
+    char path[600], stored[WIRE_TOKEN_MAX], tok[WIRE_TOKEN_MAX];
+    snprintf(path, sizeof path, "%s/cluster.key", c->state_dir);
+    const char *given = c->cfg.join_token;
+    if (!given || !*given)
+        given = getenv("RACIMO_JOIN_TOKEN");
+    if (given && !*given)
+        given = NULL;
+    uint8_t key[WIRE_KEY_BYTES];
+    if (given) {
+        if (wire_token_decode(given, key, c->hint, sizeof c->hint))
+            return rc_wrap(RC_EFORMAT, "--join: ");
+    }
+    int r = read_small(path, stored, sizeof stored);
+    if (r && r != RC_ENOTFOUND)
+        return r;
+    bool have = r == 0;
+    uint8_t old[WIRE_KEY_BYTES];
+    if (have && wire_token_decode(stored, old, NULL, 0)) {
+        if (!given)
+            return rc_wrap(RC_EFORMAT, "%s (remove it to start a new cluster): ", path);
+        have = false;
+    }
+    if (have) {
+        struct stat st;
+        if (stat(path, &st) == 0 && (st.st_mode & 077)) {
+            rc_log(LOG_WARN, "cluster: %s was readable by others; making it owner-only", path);
+            chmod(path, 0600);
+        }
+    }
+    if (!given) {
+        if (have) {
+            memcpy(c->key, old, sizeof old);
+        } else {
+            randombytes_buf(key, sizeof key);
+            wire_token_encode(key, tok, sizeof tok);
+            strcat(tok, "\n");
+            r = write_file(path, tok, strlen(tok), 0600, false);
+            if (r == RC_ESTATE)            /* another node on this directory made one first */
+                return load_key(c, created);
+            if (r)
+                return r;
+            memcpy(c->key, key, sizeof key);
+            if (created)
+                *created = true;
+        }
+    } else {
+        if (!have || sodium_memcmp(old, key, sizeof key) != 0) {
+            if (have)
+                rc_log(LOG_WARN, "cluster: the join token names another cluster than the key "
+                                 "in %s; replacing it", path);
+            wire_token_encode(key, tok, sizeof tok);
+            strcat(tok, "\n");
+            if ((r = write_file(path, tok, strlen(tok), 0600, true)))
+                return r;
+        }
+        memcpy(c->key, key, sizeof key);
+    }
+    sodium_memzero(key, sizeof key);
+    sodium_memzero(old, sizeof old);
+    wire_token_encode(c->key, c->token, sizeof c->token);
+    wire_fingerprint(c->key, c->fp);
+    return 0;
+}
+
+static int load_id(struct cluster *c, uint8_t id[WIRE_ID_BYTES])
+{
+    char path[600], buf[80];
+    snprintf(path, sizeof path, "%s/node.id", c->state_dir);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int r = read_small(path, buf, sizeof buf);
+        if (r == 0) {
+            if (wire_unhex(buf, id, WIRE_ID_BYTES) == 0)
+                return 0;
+            return rc_fail(RC_EFORMAT, "%s does not hold a node id (32 hex digits)", path);
+        }
+        if (r != RC_ENOTFOUND)
+            return r;
+        randombytes_buf(id, WIRE_ID_BYTES);
+        wire_hex(id, WIRE_ID_BYTES, buf);
+        strcat(buf, "\n");
+        r = write_file(path, buf, strlen(buf), 0644, false);
+        if (r == 0)
+            return 0;
+        if (r != RC_ESTATE)
+            return r;
+    }
+    return rc_fail(RC_EIO, "cannot settle %s", path);
+}
+
+int cl__state_init(struct cluster *c, bool *created)
+{
+    int r;
+    if ((r = cluster_state_dir(c->cfg.state_dir, c->state_dir, sizeof c->state_dir)) ||
+        (r = make_dirs(c->state_dir)))
+        return r;
+    /* one node per state directory: two would share a node id */
+    char lock[600];
+    snprintf(lock, sizeof lock, "%s/lock", c->state_dir);
+    c->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (c->lock_fd < 0)
+        return rc_fail(RC_EIO, "cannot open %s: %s", lock, strerror(errno));
+    if (flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0)
+        return rc_fail(RC_ESTATE, "the state directory %s is in use by another racimo node "
+                                  "(give each node its own --state-dir)", c->state_dir);
+    if ((r = load_key(c, created)))
+        return r;
+    uint8_t id[WIRE_ID_BYTES];
+    if ((r = load_id(c, id)))
+        return r;
+    cl_node *self = cl__node_add(c, id);
+    if (!self)
+        return rc_fail(RC_ENOMEM, "cluster node table");
+    self->is_self = true;
+    self->up = true;
+    self->member = true;
+    snprintf(self->name, sizeof self->name, "%s", c->name);
+    return 0;
+}
+
+/* ---- peers met before ---- */
+
+void cl__peers_load(struct cluster *c)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/peers.json", c->state_dir);
+    json_t *arr = json_load_file(path, 0, NULL);
+    if (!json_is_array(arr)) {
+        json_decref(arr);
+        return;
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(arr, i, p) {
+        const char *id = json_string_value(json_object_get(p, "id"));
+        uint8_t bin[WIRE_ID_BYTES];
+        if (!id || wire_unhex(id, bin, WIRE_ID_BYTES) || i >= 256)
+            continue;
+        cl_node *n = cl__node_find(c, bin);
+        if (!n && !(n = cl__node_add(c, bin)))
+            break;
+        if (n->is_self)
+            continue;
+        n->member = true;           /* met before */
+        json_t *port = json_object_get(p, "cluster_port");
+        if (json_is_integer(port) && json_integer_value(port) > 0 && json_integer_value(port) < 65536)
+            n->cluster_port = (int)json_integer_value(port);
+        const char *name = json_string_value(json_object_get(p, "name"));
+        if (name && !n->name[0])
+            snprintf(n->name, sizeof n->name, "%s", name);
+        size_t j;
+        json_t *a;
+        json_array_foreach(json_object_get(p, "addresses"), j, a)
+            if (json_is_string(a))
+                cl__node_add_addr(c, n, json_string_value(a));
+    }
+    json_decref(arr);
+}
+
+void cl__peers_save(struct cluster *c)
+{
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < c->n_nodes; i++) {
+        cl_node *n = c->nodes[i];
+        if (n->is_self || !n->member || !n->cluster_port || !n->addrs.n_addrs)
+            continue;
+        json_t *addrs = json_array();
+        for (int j = 0; j < n->addrs.n_addrs; j++)
+            json_array_append_new(addrs, json_string(n->addrs.addrs[j]));
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:o, s:i}", "id", n->id_hex, "name",
+                                             n->name, "addresses", addrs, "cluster_port",
+                                             n->cluster_port));
+    }
+    char *s = arr ? json_dumps(arr, JSON_INDENT(1)) : NULL;
+    json_decref(arr);
+    if (!s)
+        return;
+    char path[600];
+    snprintf(path, sizeof path, "%s/peers.json", c->state_dir);
+    if (write_file(path, s, strlen(s), 0600, true))
+        rc_log(LOG_DEBUG, "cluster: %s", rc_errmsg());
+    free(s);
+}
+
+int cl__local_addrs(addr_list *out, bool with_loopback)
+{
+    struct ifaddrs *ifs = NULL;
+    out->n_addrs = 0;
+    if (getifaddrs(&ifs) != 0)
+        return rc_fail(RC_EIO, "getifaddrs: %s", strerror(errno));
+    for (struct ifaddrs *i = ifs; i && out->n_addrs < CL_MAX_ADDRS; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP))
+            continue;
+        if ((i->ifa_flags & IFF_LOOPBACK) && !with_loopback)
+            continue;
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)i->ifa_addr;
+        inet_ntop(AF_INET, &sin->sin_addr, out->addrs[out->n_addrs], CL_ADDR_LEN);
+        out->n_addrs++;
+    }
+    freeifaddrs(ifs);
+    return 0;
+}

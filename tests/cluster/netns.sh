@@ -1,0 +1,37 @@
+# netns.sh - helpers for the cluster end-to-end tests (sourced by run.sh):
+# a bridge in a namespace of its own, and "hosts" (namespaces) plugged into
+# it with a veth pair each, on 10.77.0.0/24.  Nothing is added to the
+# machine's own network namespace, so only the test's namespaces and
+# loopback are ever contacted.  $P is the prefix of every namespace name.
+
+ns_bridge() {
+  ip netns add "$P-br"
+  ip -n "$P-br" link set lo up
+  ip -n "$P-br" link add br0 type bridge
+  # 224.0.0.x is flooded anyway; no snooping keeps every port in the group
+  ip -n "$P-br" link set br0 type bridge mcast_snooping 0
+  ip -n "$P-br" link set br0 up
+}
+
+# ns_host NAME INDEX: namespace $P-NAME with eth0 = 10.77.0.INDEX/24
+ns_host() {
+  local ns="$P-$1" i=$2
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link add eth0 type veth peer name "v$i" netns "$P-br"
+  ip -n "$ns" addr add "10.77.0.$i/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" route add 224.0.0.0/4 dev eth0
+  ip -n "$P-br" link set "v$i" master br0
+  ip -n "$P-br" link set "v$i" up
+}
+
+# Kills every process left in the test's namespaces and deletes them.
+ns_cleanup() {
+  local ns pids
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$P-"); do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+}

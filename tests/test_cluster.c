@@ -1,0 +1,514 @@
+/* test_cluster.c - live clusters in one process over loopback: the state
+ * directory, linking, gossip, the view, large messages, refusals (wrong key,
+ * other protocol version), hostile frames from a hand-driven peer,
+ * heartbeat timeouts and rejoining after a restart.  Timings are shortened
+ * (100 ms heartbeats, down after 600 ms); waits poll with generous limits. */
+#include "test.h"
+
+#include "base/err.h"
+#include "base/os.h"
+#include "cluster/cluster.h"
+#include "cluster/wire.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DOWN_MS 600
+
+static struct cluster *start_node(const char *dir_name, const char *token, const char *peer,
+                                  int major)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), dir_name);
+    const char *peers[1] = { peer };
+    cluster_config cfg;
+    cluster_config_default(&cfg);
+    cfg.state_dir = dir;
+    cfg.join_token = token;
+    cfg.listen_host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.port_given = true;
+    cfg.peers = peers;
+    cfg.n_peers = peer ? 1 : 0;
+    cfg.name = dir_name;
+    cfg.no_discovery = true;
+    cfg.heartbeat_ms = 100;
+    cfg.down_after_ms = DOWN_MS;
+    cfg.probe_ms = 300;
+    cfg.bench = 0;
+    cfg.proto_major = major;
+    cfg.http_port = 8080;
+    struct cluster *c;
+    CHECK_OK(cluster_new(&cfg, &c, NULL));
+    CHECK_OK(cluster_start(c));
+    return c;
+}
+
+static void addr_of(struct cluster *c, char *out, size_t cap)
+{
+    snprintf(out, cap, "127.0.0.1:%d", cluster_port(c));
+}
+
+static json_t *find_node(json_t *snap, const char *id)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(snap, "nodes"), i, n)
+        if (!strcmp(json_string_value(json_object_get(n, "id")), id))
+            return n;
+    return NULL;
+}
+
+/* "up", "down" or "absent" */
+static const char *state_of(struct cluster *c, const char *id)
+{
+    static char buf[16];
+    json_t *s = cluster_snapshot(c);
+    json_t *n = find_node(s, id);
+    snprintf(buf, sizeof buf, "%s", n ? json_string_value(json_object_get(n, "state")) : "absent");
+    json_decref(s);
+    return buf;
+}
+
+static int wait_state(struct cluster *c, const char *id, const char *want, int ms)
+{
+    for (int t = 0; t < ms; t += 20) {
+        if (!strcmp(state_of(c, id), want))
+            return t;
+        usleep(20000);
+    }
+    FAIL("node %.8s stayed '%s', expected '%s' within %d ms", id, state_of(c, id), want, ms);
+}
+
+static size_t n_nodes(struct cluster *c)
+{
+    json_t *s = cluster_snapshot(c);
+    size_t n = json_array_size(json_object_get(s, "nodes"));
+    json_decref(s);
+    return n;
+}
+
+TEST(cluster_state_dir)
+{
+    char dir[600], tok[WIRE_TOKEN_MAX], path[700];
+    snprintf(dir, sizeof dir, "%s/state/a", test_tmpdir());
+    CHECK_INT(cluster_read_token(dir, tok, sizeof tok), ==, RC_ENOTFOUND);
+    cluster_config cfg;
+    cluster_config_default(&cfg);
+    cfg.state_dir = dir;
+    cfg.bench = 0;
+    struct cluster *c;
+    bool created = false;
+    CHECK_OK(cluster_new(&cfg, &c, &created));
+    CHECK(created);
+    char id[40], token[WIRE_TOKEN_MAX];
+    snprintf(id, sizeof id, "%s", cluster_self_id(c));
+    snprintf(token, sizeof token, "%s", cluster_join_token(c));
+    cluster_free(c);
+    struct stat st;
+    snprintf(path, sizeof path, "%s/cluster.key", dir);
+    CHECK_OK(stat(path, &st));
+    CHECK_INT(st.st_mode & 0777, ==, 0600);
+    CHECK_OK(stat(dir, &st));
+    CHECK_INT(st.st_mode & 077, ==, 0);
+    CHECK_OK(cluster_read_token(dir, tok, sizeof tok));
+    CHECK_STR(tok, token);
+    /* a restart keeps the key and the id; a second node on the directory
+     * is refused while the first runs */
+    CHECK_OK(cluster_new(&cfg, &c, &created));
+    CHECK(!created);
+    struct cluster *twin;
+    CHECK_INT(cluster_new(&cfg, &twin, NULL), ==, RC_ESTATE);
+    CHECK(strstr(rc_errmsg(), "in use by another racimo node"));
+    CHECK_STR(cluster_self_id(c), id);
+    CHECK_STR(cluster_join_token(c), token);
+    cluster_free(c);
+    /* joining another cluster replaces the key, keeps the id */
+    uint8_t key[32] = { 42 };
+    char other[WIRE_TOKEN_MAX];
+    CHECK_OK(wire_token_encode(key, other, sizeof other));
+    cfg.join_token = other;
+    CHECK_OK(cluster_new(&cfg, &c, &created));
+    CHECK(!created);
+    CHECK_STR(cluster_join_token(c), other);
+    CHECK_STR(cluster_self_id(c), id);
+    cluster_free(c);
+    CHECK_OK(cluster_read_token(dir, tok, sizeof tok));
+    CHECK_STR(tok, other);
+    /* a bad token is an error that says so */
+    cfg.join_token = "racimo1-nonsense";
+    CHECK_INT(cluster_new(&cfg, &c, NULL), ==, RC_EFORMAT);
+    CHECK(strstr(rc_errmsg(), "--join"));
+    /* RACIMO_HOME stands in for --state-dir */
+    char home[600], out[600];
+    snprintf(home, sizeof home, "%s/home", test_tmpdir());
+    setenv("RACIMO_HOME", home, 1);
+    CHECK_OK(cluster_state_dir(NULL, out, sizeof out));
+    CHECK_STR(out, home);
+    CHECK_OK(cluster_state_dir("/x/y", out, sizeof out));
+    CHECK_STR(out, "/x/y");
+    unsetenv("RACIMO_HOME");
+}
+
+TEST_T(cluster_link_gossip_view, 60)
+{
+    struct cluster *a = start_node("a", NULL, NULL, 0);
+    char aa[64], ba[64], ida[40], idb[40], idc[40];
+    addr_of(a, aa, sizeof aa);
+    snprintf(ida, sizeof ida, "%s", cluster_self_id(a));
+    struct cluster *b = start_node("b", cluster_join_token(a), aa, 0);
+    snprintf(idb, sizeof idb, "%s", cluster_self_id(b));
+    addr_of(b, ba, sizeof ba);
+    wait_state(a, idb, "up", 5000);
+    wait_state(b, ida, "up", 5000);
+    /* c knows only b; a learns of c from b's STATE and links to it */
+    struct cluster *c = start_node("c", cluster_join_token(a), ba, 0);
+    snprintf(idc, sizeof idc, "%s", cluster_self_id(c));
+    wait_state(a, idc, "up", 8000);
+    wait_state(c, ida, "up", 8000);
+    wait_state(b, idc, "up", 8000);
+    /* the full mesh of links, with latency and (after a probe) bandwidth */
+    struct cluster *all[3] = { a, b, c };
+    bool done = false;
+    for (int t = 0; t < 200 && !done; t++) {
+        done = true;
+        for (int i = 0; i < 3; i++) {
+            json_t *s = cluster_snapshot(all[i]);
+            size_t j, n_bw = 0;
+            json_t *l;
+            json_array_foreach(json_object_get(s, "links"), j, l)
+                n_bw += json_is_number(json_object_get(l, "bandwidth_mbps")) &&
+                        json_is_number(json_object_get(l, "rtt_ms"));
+            done = done && n_bw == 6;
+            json_decref(s);
+        }
+        usleep(50000);
+    }
+    CHECK(done);
+    /* every view: the same three nodes up, the same leader (smallest id) */
+    const char *lead = strcmp(ida, idb) < 0 ? ida : idb;
+    lead = strcmp(lead, idc) < 0 ? lead : idc;
+    for (int i = 0; i < 3; i++) {
+        json_t *s = cluster_snapshot(all[i]);
+        CHECK_INT(json_array_size(json_object_get(s, "nodes")), ==, 3);
+        CHECK_STR(json_string_value(json_object_get(s, "leader")), lead);
+        CHECK(json_is_true(json_object_get(s, "quorum")));
+        CHECK(cluster_has_quorum(all[i]));
+        json_t *nb = find_node(s, idb);
+        CHECK_STR(json_string_value(json_object_get(nb, "name")), "b");
+        CHECK_STR(json_string_value(json_object_get(nb, "state")), "up");
+        CHECK_INT(json_integer_value(json_object_get(nb, "http_port")), ==, 8080);
+        CHECK(json_is_object(json_object_get(nb, "hardware")));
+        CHECK(json_integer_value(json_object_get(json_object_get(nb, "hardware"), "cores")) >= 1);
+        CHECK(json_is_array(json_object_get(nb, "addresses")));
+        json_decref(s);
+    }
+    /* what a node serves reaches the others */
+    const char *serving[] = { "tiny" };
+    cluster_set_serving(b, serving, 1);
+    int ok = 0;
+    for (int t = 0; t < 100 && !ok; t++) {
+        json_t *s = cluster_snapshot(a);
+        json_t *sv = json_object_get(find_node(s, idb), "serving");
+        ok = json_array_size(sv) == 1 && !strcmp(json_string_value(json_array_get(sv, 0)), "tiny");
+        json_decref(s);
+        usleep(20000);
+    }
+    CHECK(ok);
+    cluster_free(c);
+    cluster_free(b);
+    cluster_free(a);
+}
+
+/* ---- large messages ---- */
+
+static pthread_mutex_t got_mu = PTHREAD_MUTEX_INITIALIZER;
+static size_t got_len;
+static uint8_t got_hash[32];
+static int got_type;
+
+static void on_msg(void *ud, const char *from, int type, const uint8_t *data, size_t len)
+{
+    pthread_mutex_lock(&got_mu);
+    crypto_generichash(got_hash, 32, data, len, NULL, 0);
+    got_len = len;
+    got_type = type;
+    pthread_mutex_unlock(&got_mu);
+}
+
+TEST_T(cluster_send_large_message, 60)
+{
+    struct cluster *a = start_node("a", NULL, NULL, 0);
+    char aa[64];
+    addr_of(a, aa, sizeof aa);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/b", test_tmpdir());
+    const char *peers[1] = { aa };
+    cluster_config cfg;
+    cluster_config_default(&cfg);
+    cfg.state_dir = dir;
+    cfg.join_token = cluster_join_token(a);
+    cfg.listen_host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.port_given = true;
+    cfg.peers = peers;
+    cfg.n_peers = 1;
+    cfg.no_discovery = true;
+    cfg.heartbeat_ms = 100;
+    cfg.down_after_ms = DOWN_MS * 3;
+    cfg.bench = 0;
+    struct cluster *b;
+    CHECK_OK(cluster_new(&cfg, &b, NULL));
+    cluster_set_handler(b, on_msg, NULL);
+    CHECK_OK(cluster_start(b));
+    wait_state(a, cluster_self_id(b), "up", 5000);
+    /* 5 MiB + 3 bytes: six frames, one stream */
+    size_t n = (5u << 20) + 3;
+    uint8_t *big = malloc(n), want[32];
+    for (size_t i = 0; i < n; i++)
+        big[i] = (uint8_t)(i * 2654435761u >> 13);
+    crypto_generichash(want, 32, big, n, NULL, 0);
+    CHECK_OK(cluster_send(a, cluster_self_id(b), 0x40, big, n));
+    CHECK_INT(cluster_send(a, "00000000000000000000000000000000", 0x40, big, 1), ==, RC_ENOTFOUND);
+    CHECK_INT(cluster_send(a, cluster_self_id(b), 0x40, big, (size_t)WIRE_MSG_MAX + 1), ==, RC_ELIMIT);
+    free(big);
+    size_t len = 0;
+    for (int t = 0; t < 500 && len != n; t++) {
+        usleep(20000);
+        pthread_mutex_lock(&got_mu);
+        len = got_len;
+        pthread_mutex_unlock(&got_mu);
+    }
+    CHECK_INT(len, ==, n);
+    CHECK_INT(got_type, ==, 0x40);
+    CHECK(!memcmp(got_hash, want, 32));
+    CHECK_STR(state_of(a, cluster_self_id(b)), "up");   /* heartbeats went on meanwhile */
+    cluster_free(b);
+    cluster_free(a);
+}
+
+TEST_T(cluster_refuses_wrong_key_and_version, 60)
+{
+    struct cluster *a = start_node("a", NULL, NULL, 0);
+    char aa[64];
+    addr_of(a, aa, sizeof aa);
+    /* another cluster's node pointed at a, and a node of a's cluster that
+     * speaks protocol 2 */
+    struct cluster *e = start_node("e", NULL, aa, 0);
+    struct cluster *v = start_node("v", cluster_join_token(a), aa, 2);
+    /* a control node proves the window was long enough to link */
+    struct cluster *b = start_node("b", cluster_join_token(a), aa, 0);
+    wait_state(a, cluster_self_id(b), "up", 5000);
+    usleep(1500 * 1000);
+    CHECK_STR(state_of(a, cluster_self_id(e)), "absent");
+    CHECK_STR(state_of(a, cluster_self_id(v)), "absent");
+    CHECK_INT(n_nodes(e), ==, 1);
+    CHECK_INT(n_nodes(v), ==, 1);
+    CHECK_INT(n_nodes(a), ==, 2);
+    cluster_free(v);
+    cluster_free(e);
+    cluster_free(b);
+    cluster_free(a);
+}
+
+/* ---- a peer driven by hand over a blocking socket ---- */
+
+typedef struct {
+    int fd;
+    wire_session ws;
+    uint8_t id[16];
+} fake;
+
+static int recv_all(int fd, uint8_t *p, size_t n, int ms)
+{
+    size_t got = 0;
+    while (got < n) {
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        if (poll(&pf, 1, ms) <= 0)
+            return -1;
+        ssize_t r = recv(fd, p + got, n - got, 0);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static int fake_open(fake *f, struct cluster *c, const uint8_t id[16], int major)
+{
+    uint8_t key[32], hello[WIRE_HELLO_BYTES], peer[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
+    CHECK_OK(wire_token_decode(cluster_join_token(c), key, NULL, 0));
+    memcpy(f->id, id, 16);
+    f->fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)cluster_port(c)) };
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    CHECK_OK(connect(f->fd, (struct sockaddr *)&sin, sizeof sin));
+    wire_session_init(&f->ws, key, id, WIRE_DIALER, major, 0, hello);
+    CHECK_INT(send(f->fd, hello, sizeof hello, 0), ==, (long)sizeof hello);
+    CHECK_OK(recv_all(f->fd, peer, sizeof peer, 3000));
+    int r = wire_on_hello(&f->ws, peer, auth);
+    if (r)
+        return r;
+    CHECK_INT(send(f->fd, auth, sizeof auth, 0), ==, (long)sizeof auth);
+    CHECK_OK(recv_all(f->fd, auth, sizeof auth, 3000));
+    return wire_on_auth(&f->ws, auth);
+}
+
+/* Reads until the node closes the connection: 1 if it did within ms. */
+static int closed_within(int fd, int ms)
+{
+    uint8_t buf[65536];
+    uint64_t end = os_now_ns() + (uint64_t)ms * 1000000;
+    while (os_now_ns() < end) {
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        if (poll(&pf, 1, 50) <= 0)
+            continue;
+        ssize_t r = recv(fd, buf, sizeof buf, 0);
+        if (r <= 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void fake_send(fake *f, const uint8_t *p, size_t n)
+{
+    CHECK_INT(send(f->fd, p, n, MSG_NOSIGNAL), ==, (long)n);
+}
+
+TEST_T(cluster_rejects_hostile_frames, 90)
+{
+    struct cluster *a = start_node("a", NULL, NULL, 0);
+    static uint8_t rec[WIRE_REC_MAX], rec2[WIRE_REC_MAX];
+    const uint8_t fid[16] = { 0xfe, 0xed };
+    char fid_hex[33];
+    wire_hex(fid, 16, fid_hex);
+    fake f;
+    uint8_t ping[16] = { 0 };
+
+    /* a good handshake: the node sees the fake peer up */
+    CHECK_OK(fake_open(&f, a, fid, 1));
+    wait_state(a, fid_hex, "up", 3000);
+    /* tampered */
+    long n = wire_seal(&f.ws, WIRE_PING, 0, 1, ping, 16, false, rec);
+    rec[n - 1] ^= 0x80;
+    fake_send(&f, rec, (size_t)n);
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+    wait_state(a, fid_hex, "down", 3000);
+
+    /* replayed */
+    CHECK_OK(fake_open(&f, a, fid, 1));
+    n = wire_seal(&f.ws, WIRE_PING, 0, 1, ping, 16, false, rec);
+    fake_send(&f, rec, (size_t)n);
+    fake_send(&f, rec, (size_t)n);
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+
+    /* oversized: refused from the length alone, before it arrives */
+    CHECK_OK(fake_open(&f, a, fid, 1));
+    wire_put32(rec, 64u << 20);
+    fake_send(&f, rec, 4);
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+
+    /* forged: random bytes of a plausible length */
+    CHECK_OK(fake_open(&f, a, fid, 1));
+    wire_put32(rec, 100);
+    randombytes_buf(rec + 4, 100);
+    fake_send(&f, rec, 104);
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+
+    /* reordered */
+    CHECK_OK(fake_open(&f, a, fid, 1));
+    n = wire_seal(&f.ws, WIRE_PING, 0, 1, ping, 16, false, rec);
+    long n2 = wire_seal(&f.ws, WIRE_PING, 0, 2, ping, 16, false, rec2);
+    fake_send(&f, rec2, (size_t)n2);
+    fake_send(&f, rec, (size_t)n);
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+
+    /* a STATE claiming another node's id is ignored; unknown types too */
+    CHECK_OK(fake_open(&f, a, fid, 1));
+    wait_state(a, fid_hex, "up", 3000);
+    const char *lie = "{\"id\":\"00000000000000000000000000000001\",\"name\":\"liar\"}";
+    n = wire_seal(&f.ws, WIRE_STATE, 0, 1, (const uint8_t *)lie, strlen(lie), false, rec);
+    fake_send(&f, rec, (size_t)n);
+    n = wire_seal(&f.ws, 0xee, 0, 2, ping, 16, false, rec);
+    fake_send(&f, rec, (size_t)n);
+    /* truncated: half a record, then silence: down within the bound */
+    n = wire_seal(&f.ws, WIRE_PING, 0, 3, ping, 16, false, rec);
+    fake_send(&f, rec, (size_t)n / 2);
+    uint64_t t0 = os_now_ns();
+    wait_state(a, fid_hex, "down", DOWN_MS + 2000);
+    double waited = (double)(os_now_ns() - t0) / 1e6;
+    CHECK(waited >= DOWN_MS / 2);
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+    CHECK_STR(state_of(a, "00000000000000000000000000000001"), "absent");
+
+    /* a wrong key and another version are refused at the handshake */
+    f.fd = -1;
+    uint8_t key[32] = { 7 }, hello[WIRE_HELLO_BYTES], peer[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)cluster_port(a)) };
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    CHECK_OK(connect(fd, (struct sockaddr *)&sin, sizeof sin));
+    wire_session ws;
+    wire_session_init(&ws, key, fid, WIRE_DIALER, 1, 0, hello);
+    fake_send(&(fake){ .fd = fd }, hello, sizeof hello);
+    CHECK_OK(recv_all(fd, peer, sizeof peer, 3000));
+    CHECK_OK(wire_on_hello(&ws, peer, auth));
+    fake_send(&(fake){ .fd = fd }, auth, sizeof auth);
+    CHECK(closed_within(fd, 3000));
+    close(fd);
+    CHECK_INT(fake_open(&f, a, fid, 9), ==, RC_EUNSUPPORTED);
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+
+    /* through all of it the node kept running and still accepts good peers */
+    CHECK_OK(fake_open(&f, a, fid, 1));
+    wait_state(a, fid_hex, "up", 3000);
+    close(f.fd);
+    wait_state(a, fid_hex, "down", 3000);
+    cluster_free(a);
+}
+
+TEST_T(cluster_down_and_rejoin, 60)
+{
+    struct cluster *a = start_node("a", NULL, NULL, 0);
+    char aa[64], idb[40];
+    addr_of(a, aa, sizeof aa);
+    struct cluster *b = start_node("b", cluster_join_token(a), aa, 0);
+    snprintf(idb, sizeof idb, "%s", cluster_self_id(b));
+    wait_state(a, idb, "up", 5000);
+    cluster_free(b);
+    wait_state(a, idb, "down", DOWN_MS + 1000);
+    CHECK(!cluster_has_quorum(a));     /* 1 of 2 is not a majority */
+    json_t *s = cluster_snapshot(a);
+    CHECK_STR(json_string_value(json_object_get(s, "leader")), cluster_self_id(a));
+    json_decref(s);
+    /* the same state directory: the same node comes back, with no manual step */
+    b = start_node("b", NULL, aa, 0);
+    CHECK_STR(cluster_self_id(b), idb);
+    wait_state(a, idb, "up", 5000);
+    CHECK_INT(n_nodes(a), ==, 2);
+    CHECK(cluster_has_quorum(a));
+    /* and a restarted a redials b from peers.json, without a peer list */
+    char ida[40];
+    snprintf(ida, sizeof ida, "%s", cluster_self_id(a));
+    int port_b = cluster_port(b);
+    (void)port_b;
+    cluster_free(a);
+    wait_state(b, ida, "down", DOWN_MS + 1000);
+    a = start_node("a", NULL, NULL, 0);
+    wait_state(b, ida, "up", 5000);
+    wait_state(a, idb, "up", 5000);
+    cluster_free(b);
+    cluster_free(a);
+}
