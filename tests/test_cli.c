@@ -171,7 +171,7 @@ TEST_T(cli_chat_in_a_terminal, 120)
     CHECK(pid >= 0);
     if (pid == 0) {
         execl(b, b, "chat", "-m", mpath, "--system", "You are terse.", "--temp", "0",
-              "-t", "1", "-c", "2048", "--timings", (char *)NULL);
+              "-t", "1", "-c", "2048", (char *)NULL);
         _exit(127);
     }
     if (!expect(&t, 0, "> ", 20000))

@@ -28,7 +28,7 @@ static void usage(FILE *f)
                "\n"
                "  -m, --model FILE       GGUF model\n"
                "  --system TEXT          system message\n"
-               "  --timings              print prompt/generation speed after each answer\n"
+
                "%s", cli_gen_opts_help);
 }
 
@@ -111,7 +111,6 @@ static char *read_line(char *buf, size_t cap)
 int cmd_chat(int argc, char **argv)
 {
     const char *path = NULL, *system_msg = NULL, *template_file = NULL;
-    bool timings = false;
     cli_gen_opts o;
     cli_gen_opts_default(&o);
     for (int i = 1; i < argc; i++) {
@@ -121,7 +120,6 @@ int cmd_chat(int argc, char **argv)
         else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) path = argv[++i];
         else if (!strcmp(a, "--system") && has) system_msg = argv[++i];
         else if (!strcmp(a, "--chat-template-file") && has) template_file = argv[++i];
-        else if (!strcmp(a, "--timings")) timings = true;
         else if ((r = cli_gen_opt(&o, argc, argv, &i)) < 0) return 2;
         else if (r == 0) {
             fprintf(stderr, "racimo: chat: unknown or incomplete option '%s'\n", a);
@@ -198,8 +196,7 @@ int cmd_chat(int argc, char **argv)
         }
         if (ans.res.finish == GEN_CANCELLED)
             fputs("(stopped)\n", stdout);
-        if (timings)
-            cli_print_timings(&ans.res);
+        cli_print_timings(&ans.res);          /* on stderr, after every answer */
         json_array_append_new(messages, message("assistant", ans.buf ? ans.buf : ""));
         rc_free(ans.buf);
     }

@@ -5,6 +5,7 @@
 #include "cli_model.h"
 #include "base/err.h"
 #include "base/mem.h"
+#include "base/os.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -12,11 +13,14 @@
 int cmd_tokenize(int argc, char **argv)
 {
     const char *path = NULL, *text = NULL;
-    bool bos = true, special = false, json = false, pieces = false;
+    char *owned = NULL;
+    bool bos = true, special = false, json = false, pieces = false, count = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: racimo tokenize -m MODEL [--no-bos] [--special] [--json] [--pieces] TEXT\n"
+            printf("usage: racimo tokenize -m MODEL [--no-bos] [--special] [--json] [--pieces] TEXT|-f FILE\n"
+                   "  -f FILE    tokenize the contents of FILE\n"
+                   "  --count    print only the number of tokens and the time taken (stderr)\n"
                    "  --no-bos   do not add BOS (or EOS) as the vocabulary would\n"
                    "  --special  match special-token text such as <|eot_id|> in TEXT\n"
                    "  --json     print a JSON array of ids\n"
@@ -27,6 +31,14 @@ int cmd_tokenize(int argc, char **argv)
         else if (!strcmp(a, "--special")) special = true;
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--pieces")) pieces = true;
+        else if (!strcmp(a, "--count")) count = true;
+        else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && i + 1 < argc && !text) {
+            if (!(owned = cli_read_file(argv[++i]))) {
+                fprintf(stderr, "racimo: cannot read %s\n", argv[i]);
+                return 1;
+            }
+            text = owned;
+        }
         else if (!text && a[0] != '-') text = a;
         else {
             fprintf(stderr, "racimo: tokenize: unexpected argument '%s'\n", a);
@@ -34,17 +46,26 @@ int cmd_tokenize(int argc, char **argv)
         }
     }
     if (!path || !text) {
-        fprintf(stderr, "usage: racimo tokenize -m MODEL [--no-bos] [--special] [--json] TEXT\n");
+        fprintf(stderr, "usage: racimo tokenize -m MODEL [--no-bos] [--special] [--json] TEXT|-f FILE\n");
+        rc_free(owned);
         return 2;
     }
     lm cm;
-    if (cli_model_open(&cm, path, false, NULL))
+    if (cli_model_open(&cm, path, false, NULL)) {
+        rc_free(owned);
         return 1;
+    }
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = 0;
+    uint64_t t0 = os_now_ns();
     if (tok_encode(cm.tok, text, strlen(text), bos, special, &ids, &n)) {
         rc = cli_error("tokenize");
+    } else if (count) {
+        double s = (double)(os_now_ns() - t0) * 1e-9;
+        printf("%zu\n", n);
+        fprintf(stderr, "%zu bytes -> %zu tokens in %.3f s (%.1f MB/s)\n", strlen(text), n, s,
+                s > 0 ? (double)strlen(text) / s / 1e6 : 0.0);
     } else if (json) {
         json_t *arr = json_array();
         for (size_t i = 0; i < n; i++)
@@ -68,6 +89,7 @@ int cmd_tokenize(int argc, char **argv)
             printf("\n");
     }
     rc_free(ids);
+    rc_free(owned);
     lm_close(&cm);
     return rc;
 }
