@@ -13,6 +13,17 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* A spin-wait hint: lets the other hardware thread of the core run, and
+ * costs the waiter nothing it needs. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ volatile("yield" ::: "memory")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
 struct thread_pool {
     int n_threads;
     pthread_t *threads;
@@ -40,8 +51,10 @@ static void *worker(void *arg)
         unsigned g;
         int spins = 0;
         while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen
-               && !atomic_load(&p->stop) && spins < SPIN_ROUNDS)
+               && !atomic_load(&p->stop) && spins < SPIN_ROUNDS) {
+            CPU_RELAX();
             spins++;
+        }
         if (g == seen && !atomic_load(&p->stop)) {
             pthread_mutex_lock(&p->mu);
             while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
@@ -126,8 +139,10 @@ void pool_run(thread_pool *p, pool_task_fn fn, void *ctx)
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n_threads);
     int spins = 0;
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0 && spins < SPIN_ROUNDS)
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0 && spins < SPIN_ROUNDS) {
+        CPU_RELAX();
         spins++;
+    }
     if (atomic_load(&p->pending) > 0) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->pending) > 0)

@@ -1,28 +1,23 @@
-/* quant_avx2.c - AVX2/FMA/F16C kernels of the float types and the
- * 32-element block formats (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * and the Q8_0/Q8_1 activation quantisers), and tensor__kernels_avx2, which
- * installs these and the K-quant kernels of quant_k_avx2.c.
+/* quant_avx2.c - AVX2/FMA/F16C kernels of the float types (F32, F16,
+ * BF16: dot products, converters), the activation quantisers (Q8_0, Q8_1),
+ * the decoders of the 32-element block formats (to_float, dot_f32), the
+ * f32 vector helper, and tensor__kernels_avx2, which installs these and the
+ * dot products of quant_tile_avx2.c and quant_k_avx2.c.
  *
  * Compiled with -mavx2 -mfma -mf16c (the Makefile's *_avx2.c rule) and
  * only called after the CPU probe found those instructions.
  *
  * Contracts (types.h): to_float and the activation from_float are
  * bit-identical to the reference; vec_dot and dot_f32 differ from it only
- * by the order of float summation.  Every dot product is computed by a
- * tile kernel (vec_dot_tile, types.h): an RM x RN block of weight rows
- * times activation rows, whose weight and activation blocks are loaded once
- * per tile.  Each output of a tile gets the same instructions in the same
- * order whatever the tile's shape, so an output never depends on how the
- * caller split the work (threads, edges), and vec_dot is the 1 x 1 tile.
- *
- * Integer dot products of 32 bytes: weights as unsigned bytes (the 4- and
- * 5-bit levels are 0..15 / 0..31; the offset of Q4_0 and Q5_0 is taken off
- * with the activation's own maddubs against the offset), or through the
- * sign trick for Q8_0 (|w| times x with w's sign), then pairs of 16-bit
- * sums widened to 32 bits, converted to float and scaled per block.
+ * by the order of float summation.  The float types' dot products are one
+ * tile kernel (vec_dot_tile): an RM x RN block of weight rows times
+ * activation rows, 8 elements at a time into one 8-lane accumulator per
+ * output.  Each output gets the same instructions in the same order
+ * whatever the tile's shape, so it never depends on how the caller split
+ * the work, and vec_dot is the 1 x 1 tile.
  *
  * Sections: helpers; float types; activation quantisers; block decoders
- * (to_float, dot_f32); tile kernels of the block formats; registration.
+ * (to_float, dot_f32); the f32 vector helper; registration.
  */
 #include <immintrin.h>
 #include <string.h>

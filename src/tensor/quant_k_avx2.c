@@ -1,23 +1,21 @@
 /* quant_k_avx2.c - AVX2/FMA/F16C kernels of the K-quants: Q4_K, Q5_K,
- * Q6_K and their activation format Q8_K (layouts in quant_kref.c).
+ * Q6_K and their activation format Q8_K (layouts in quant_kref.c), with
+ * AVX-VNNI variants of the prompt kernels.
  *
  * Compiled with -mavx2 -mfma -mf16c; installed by tensor__kernels_avx2
- * (quant_avx2.c) through tensor__kernels_k_avx2.  The same contracts hold
- * as there: the Q8_K quantiser and to_float are bit-identical to the
- * reference, dot products differ from it only by float summation order, and
- * each output of a tile kernel gets the same instructions whatever the
- * tile's shape (vec_dot is the 1 x 1 tile).
+ * (quant_avx2.c) through tensor__kernels_k_avx2.  The Q8_K quantiser and
+ * to_float are bit-identical to the reference; the dot products differ from
+ * it only in rounding, and vec_dot and the tile kernels compute each output
+ * with the same float operations in the same order (see "dot products"
+ * below), so results depend neither on tiles, threads nor batches.
  *
- * A super-block's integer sum stays in int32 lanes: for each sub-block the
- * unsigned levels meet the activation bytes in maddubs (16-bit pair sums,
- * at most 63 * 127 * 2, so no saturation), and madd multiplies the pair
- * sums by the sub-block's integer scale while widening to 32 bits.  Per
- * super-block the lanes are converted once and scaled by d_w * d_x.  The
- * offsets (Q4_K/Q5_K minimums, Q6_K's -32) come from the activations'
- * bsums: sum_j m_j * (bsums of sub-block j), one madd per super-block.
+ * Integer sums: for each sub-block the unsigned levels meet the activation
+ * bytes in maddubs (16-bit pair sums) and madd multiplies the pair sums by
+ * the sub-block's integer scale while widening to 32 bits.  The offsets
+ * (Q4_K/Q5_K minimums, Q6_K's -32) come from the activations' bsums.
  *
- * Sections: helpers; Q8_K quantiser; decoders (to_float, dot_f32); tile
- * kernels; registration.
+ * Sections: helpers; Q8_K quantiser; decoders (to_float, dot_f32); dot
+ * products (one row; packed prompt kernels); registration.
  */
 #include <immintrin.h>
 #include <stddef.h>

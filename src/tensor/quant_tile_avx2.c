@@ -220,10 +220,10 @@ INLINE float row_dot(int wt, const uint8_t *w, const uint8_t *x, int64_t n)
 INLINE __m256i sum8x8(const __m256i v[8])
 {
     __m256i s[4], t[2];
-    for (int k = 0; k < 4; k++)
+    UNROLL for (int k = 0; k < 4; k++)
         s[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
                                 _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
-    for (int k = 0; k < 2; k++)
+    UNROLL for (int k = 0; k < 2; k++)
         t[k] = _mm256_add_epi32(_mm256_unpacklo_epi64(s[2 * k], s[2 * k + 1]),
                                 _mm256_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
     return _mm256_add_epi32(_mm256_permute2x128_si256(t[0], t[1], 0x20),
@@ -243,10 +243,15 @@ INLINE __m256i sum8x8(const __m256i v[8])
             const __m256i xv = _mm256_loadu_si256((const __m256i *)xk);                    \
             __m256i v[8];                                                                  \
             float d[8], m[8];                                                              \
-            for (int r = 0; r < 8; r++) {                                                  \
+            UNROLL for (int r = 0; r < 8; r++) {                                           \
                 d[r] = m[r] = 0.0f;                                                        \
-                v[r] = r < nr ? DOT(wlevels(wt, w + (size_t)r * ws, b, &d[r], &m[r]), xv)  \
-                              : _mm256_setzero_si256();                                    \
+                if (r < nr) {                                                              \
+                    _mm_prefetch((const char *)(w + (size_t)(r + 8) * ws) +                \
+                                 (size_t)b * wblock_bytes(wt), _MM_HINT_T0);               \
+                    v[r] = DOT(wlevels(wt, w + (size_t)r * ws, b, &d[r], &m[r]), xv);      \
+                } else {                                                                   \
+                    v[r] = _mm256_setzero_si256();                                         \
+                }                                                                          \
             }                                                                              \
             __m256i isum = sum8x8(v);                                                      \
             if (off)                                                                       \
@@ -286,17 +291,17 @@ typedef struct {
 INLINE void transpose8(__m256i v[8])
 {
     __m256 t[8], u[8];
-    for (int k = 0; k < 4; k++) {
+    UNROLL for (int k = 0; k < 4; k++) {
         t[2 * k] = _mm256_unpacklo_ps(_mm256_castsi256_ps(v[2 * k]), _mm256_castsi256_ps(v[2 * k + 1]));
         t[2 * k + 1] = _mm256_unpackhi_ps(_mm256_castsi256_ps(v[2 * k]), _mm256_castsi256_ps(v[2 * k + 1]));
     }
-    for (int k = 0; k < 2; k++) {
+    UNROLL for (int k = 0; k < 2; k++) {
         u[4 * k] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
         u[4 * k + 1] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0xee);
         u[4 * k + 2] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
         u[4 * k + 3] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xee);
     }
-    for (int k = 0; k < 4; k++) {
+    UNROLL for (int k = 0; k < 4; k++) {
         v[k] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
         v[k + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
     }
@@ -489,12 +494,18 @@ INLINE void tile_packed(int wt, kernel_fn kernel, rows8_fn rows8, int64_t n, con
     static void name##_rows8_avx2(int64_t n, const uint8_t *w, size_t ws, int nr,      \
                                   const uint8_t *x, float *y)                          \
     {                                                                                  \
-        rows8_avx2(wt, n, w, ws, nr, x, y);                                            \
+        if (nr == 8)                                                                   \
+            rows8_avx2(wt, n, w, ws, 8, x, y);                                         \
+        else                                                                           \
+            rows8_avx2(wt, n, w, ws, nr, x, y);                                        \
     }                                                                                  \
     VNNI static void name##_rows8_vnni(int64_t n, const uint8_t *w, size_t ws, int nr, \
                                        const uint8_t *x, float *y)                     \
     {                                                                                  \
-        rows8_vnni(wt, n, w, ws, nr, x, y);                                            \
+        if (nr == 8)                                                                   \
+            rows8_vnni(wt, n, w, ws, 8, x, y);                                         \
+        else                                                                           \
+            rows8_vnni(wt, n, w, ws, nr, x, y);                                        \
     }                                                                                  \
     static void name##_tile(int64_t n, const void *w, size_t ws, int n_w,              \
                             const void *x, size_t xs, int n_x, float *y, size_t ldy)   \

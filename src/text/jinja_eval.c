@@ -9,9 +9,15 @@
  *
  * Scoping follows jinja2: `for` bodies, macros, call/filter/set blocks and
  * `with` get a fresh scope per run (per iteration for loops); `if` does
- * not.  Name lookup is dynamic along the chain, which is what jinja2's
- * compiled closures amount to.  A macro keeps the scope it was defined in;
- * such scopes are marked captured and freed only when the render ends.
+ * not.  Lookup walks the chain, which is what jinja2's compiled closures
+ * amount to, except that names jinja2 binds at compile time to a frame
+ * variable not assigned yet are pre-declared when the frame starts (the
+ * parser's "shadow" lists) and read as undefined.  A macro keeps the scope
+ * it was defined in; such scopes are marked captured and freed only when
+ * the render ends.  Two more compile-time effects are reproduced here:
+ * constant subexpressions with slices are tried as jinja2's optimizer
+ * folds them (eval_folded), and a non-string {% filter %} result fails
+ * only when its output is joined (join_error).
  *
  * Every eval/exec call counts one step and one level of depth, so hostile
  * templates hit RC_ELIMIT instead of exhausting time or the C stack.
@@ -437,7 +443,7 @@ int jinja__contains(jrt *rt, jv c, jv item, bool *out)
                            jv_type_name(item));
         *out = jv_s(item)->len == 0 ||
                memmem(jv_s(c)->s, jv_s(c)->len, jv_s(item)->s, jv_s(item)->len) != NULL;
-        return 0;
+        return jv_tick_bytes(rt, jv_s(c)->len);
     case JV_LIST:
     case JV_TUPLE: {
         jlist *l = jv_l(c);
@@ -445,7 +451,7 @@ int jinja__contains(jrt *rt, jv c, jv item, bool *out)
             if ((rc = jv_eq(rt, l->items[i], item, out)) < 0 || *out)
                 return rc;
         }
-        return jv_tick(rt, l->n / 16);
+        return jv_tick(rt, l->n / 4);
     }
     case JV_DICT: {
         jentry *e;

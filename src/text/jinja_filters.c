@@ -1071,7 +1071,10 @@ static int f_round(jrt *rt, jv v, const jcall *a, jv *out)
         return jv_fail(rt, RC_ELIMIT, "OverflowError: precision too large");
     double p10 = pow(10.0, (double)prec);
     double x = jv_as_float(v) * p10;
-    *out = jv_float((strcmp(method, "ceil") == 0 ? ceil(x) : floor(x)) / p10);
+    double r = strcmp(method, "ceil") == 0 ? ceil(x) : floor(x);
+    if (r == 0.0)
+        r = 0.0;    /* math.floor/ceil return an int: no negative zero */
+    *out = jv_float(r / p10);
     return 0;
 }
 
@@ -1360,6 +1363,10 @@ static int f_wordcount(jrt *rt, jv v, const jcall *a, jv *out)
         return rc;
     int64_t n = 0;
     bool in_word = false;
+    if ((rc = jv_tick_chars(rt, jv_s(s)->len)) < 0) {
+        jv_decref(rt, s);
+        return rc;
+    }
     for (size_t i = 0; i < jv_s(s)->len;) {
         uint32_t c = ju_next(jv_s(s)->s, &i);
         bool w = ju_isalpha(c) || ju_isdigit(c) || c == '_';

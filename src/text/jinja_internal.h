@@ -39,6 +39,7 @@
 
 #define JX_MAX_SOURCE_BYTES  (4u << 20)  /* template source */
 #define JX_MAX_PARSE_DEPTH   100         /* nested expressions and blocks */
+#define JX_MAX_TREE_DEPTH    1000        /* syntax tree depth (long a+b+... chains) */
 #define JX_MAX_VALUE_DEPTH   200         /* repr/==/tojson of nested values */
 #define JX_MAX_RANGE         100000      /* jinja2 sandbox's MAX_RANGE */
 
@@ -293,6 +294,10 @@ int jv_fail(jrt *rt, int code, const char *fmt, ...)
 int jv_nomem(jrt *rt);
 /* Counts `units` of work against the step budget. */
 int jv_tick(jrt *rt, uint64_t units);
+/* Counts a scan over n bytes with no output: a step per 64 bytes for
+ * memcmp-like scans, per 16 for loops that decode code points. */
+static inline int jv_tick_bytes(jrt *rt, size_t n) { return n >= 64 ? jv_tick(rt, n / 64) : 0; }
+static inline int jv_tick_chars(jrt *rt, size_t n) { return n >= 16 ? jv_tick(rt, n / 16) : 0; }
 
 void jv_incref(jv v);
 void jv_decref(jrt *rt, jv v);

@@ -280,7 +280,10 @@ int jinja__getitem(jrt *rt, jv obj, jv key, jv *out)
                     return 0;
                 }
                 const jstr *s = jv_s(obj);
-                size_t b = ju_offset(s->s, s->len, (size_t)i), e = b;
+                size_t b = s->nchars == s->len ? (size_t)i : ju_offset(s->s, s->len, (size_t)i);
+                size_t e = b;
+                if ((rc = jv_tick_chars(rt, s->nchars == s->len ? 0 : b)) < 0)
+                    return rc;
                 ju_next(s->s, &e);
                 return jv_str_flags(rt, s->s + b, e - b, s->h.flags & JS_MARKUP, out);
             }
@@ -632,7 +635,7 @@ static int list_method(jrt *rt, int fn, jv self, const jcall *a, jv *out)
     case JF_L_INDEX:
     case JF_L_COUNT: {
         const char *nm = fn == JF_L_REMOVE ? "remove" : fn == JF_L_INDEX ? "index" : "count";
-        if ((rc = jinja__bind(rt, nm, "!value", a, p, 1)) < 0)
+        if ((rc = jinja__bind(rt, nm, "!value", a, p, 1)) < 0 || (rc = jv_tick(rt, l->n / 4)) < 0)
             return rc;
         int64_t cnt = 0;
         for (size_t i = 0; i < l->n; i++) {
@@ -705,7 +708,10 @@ static int list_method(jrt *rt, int fn, jv self, const jcall *a, jv *out)
 
 static int dict_view(jrt *rt, jdict *d, int which, jv *out)
 {
-    int rc = jv_list_new(rt, d->n, out);
+    int rc = jv_tick(rt, d->n / 16);
+    if (rc < 0)
+        return rc;
+    rc = jv_list_new(rt, d->n, out);
     for (size_t i = 0; i < d->n && rc == 0; i++) {
         if (which == 0) {
             jv t;

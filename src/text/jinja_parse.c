@@ -10,10 +10,15 @@
  *   unary (- +) -> primary, postfix (.attr [item] (call)), then filters
  *                  (|f), tests (is t) and calls, in any order
  *
- * Unknown filters and tests are rejected here, as jinja2's compiler does.
- * The tree and every string it holds live in the template's arena; nesting
- * is bounded by JX_MAX_PARSE_DEPTH so hostile input cannot overflow the
- * stack.  Syntax errors carry the line and column of the offending token.
+ * Unknown filters and tests are rejected once the whole template parsed,
+ * as jinja2's compiler does (inside `if` they fail only when run).  Two
+ * passes over the finished tree stand in for the rest of jinja2's
+ * compiler: mark_fold flags constant subexpressions its optimizer would
+ * fold, and frame_of records per frame the names that start undefined.
+ * The tree and every string it holds live in the template's arena;
+ * nesting is bounded by JX_MAX_PARSE_DEPTH so hostile input cannot
+ * overflow the stack.  Syntax errors carry the line and column of the
+ * offending token.
  */
 #include "text/jinja_internal.h"
 
@@ -1087,10 +1092,10 @@ static bool parse_signature(parser *p, jnode *n)
 }
 
 /* Sets NF_VARARGS/KWARGS/CALLER when the body refers to those names. */
-static void scan_special(const jnode *n, uint8_t *flags)
+static void scan_special(const jnode *n, uint8_t *flags, int depth)
 {
-    if (!n)
-        return;
+    if (!n || depth > JX_MAX_TREE_DEPTH)
+        return;     /* too deep: the parse fails later anyway */
     if (n->kind == N_NAME) {
         if (strcmp(n->name.s, "varargs") == 0)
             *flags |= NF_VARARGS;
@@ -1099,15 +1104,15 @@ static void scan_special(const jnode *n, uint8_t *flags)
         else if (strcmp(n->name.s, "caller") == 0)
             *flags |= NF_CALLER;
     }
-    scan_special(n->a, flags);
-    scan_special(n->b, flags);
-    scan_special(n->c, flags);
-    scan_special(n->d, flags);
-    scan_special(n->e, flags);
+    scan_special(n->a, flags, depth + 1);
+    scan_special(n->b, flags, depth + 1);
+    scan_special(n->c, flags, depth + 1);
+    scan_special(n->d, flags, depth + 1);
+    scan_special(n->e, flags, depth + 1);
     for (uint32_t i = 0; i < n->n_items; i++)
-        scan_special(n->items[i], flags);
+        scan_special(n->items[i], flags, depth + 1);
     for (uint32_t i = 0; i < n->n_kw; i++)
-        scan_special(n->kwvals[i], flags);
+        scan_special(n->kwvals[i], flags, depth + 1);
 }
 
 static jnode *parse_for(parser *p, jtok *t)
@@ -1243,7 +1248,7 @@ static jnode *parse_macro_like(parser *p, jtok *t, bool is_call)
     p->loop_depth = saved_loop;
     if (!n->b)
         return NULL;
-    scan_special(n->b, &n->flags);
+    scan_special(n->b, &n->flags, 0);
     return n;
 }
 
@@ -1453,32 +1458,37 @@ done:
  * `3[1:]` folds to undefined instead of raising).  Marks with NF_FOLD the
  * constant subtrees that contain a slice, the only place this shows; the
  * evaluator tries those in folding mode first.  Returns via *is_const and
- * *has_slice whether n qualifies. */
-static void mark_fold(jnode *n, bool *is_const, bool *has_slice)
+ * *has_slice whether n qualifies.  False when the tree is deeper than
+ * JX_MAX_TREE_DEPTH: then the parse fails, which keeps every recursive walk
+ * of the tree (here, symbol resolution, evaluation) within a bounded stack. */
+static bool mark_fold(jnode *n, int depth, bool *is_const, bool *has_slice)
 {
     bool c = true, s = false;
     *is_const = false;
     *has_slice = false;
     if (!n)
-        return;
+        return true;
+    if (depth > JX_MAX_TREE_DEPTH)
+        return false;   /* every later pass relies on this bound */
     jnode *kids[5] = {n->a, n->b, n->c, n->d, n->e};
     for (int i = 0; i < 5; i++) {
         bool kc = true, ks = false;
-        if (kids[i])
-            mark_fold(kids[i], &kc, &ks);
+        if (kids[i] && !mark_fold(kids[i], depth + 1, &kc, &ks))
+            return false;
         c = c && kc;
         s = s || ks;
     }
     for (uint32_t i = 0; i < n->n_items; i++) {
         bool kc, ks;
-        mark_fold(n->items[i], &kc, &ks);
+        if (!mark_fold(n->items[i], depth + 1, &kc, &ks))
+            return false;
         c = c && kc;
         s = s || ks;
     }
     for (uint32_t i = 0; i < n->n_kw; i++) {
         bool kc = true, ks = false;
-        if (n->kwvals[i])
-            mark_fold(n->kwvals[i], &kc, &ks);
+        if (n->kwvals[i] && !mark_fold(n->kwvals[i], depth + 1, &kc, &ks))
+            return false;
         c = c && kc;
         s = s || ks;
     }
@@ -1503,6 +1513,7 @@ static void mark_fold(jnode *n, bool *is_const, bool *has_slice)
         n->flags |= NF_FOLD;
     *is_const = c;
     *has_slice = s;
+    return true;
 }
 
 /* ---- symbol resolution ---------------------------------------------------------- */
@@ -1880,7 +1891,11 @@ int jinja_parse(const char *src, size_t len, jinja_template **out)
         goto fail;
     }
     bool is_const, has_slice;
-    mark_fold(t->root, &is_const, &has_slice);
+    if (!mark_fold(t->root, 0, &is_const, &has_slice)) {
+        rc = rc_fail(RC_ELIMIT, "LimitError: template syntax tree deeper than %d levels "
+                     "(a very long chain of operators or filters?)", JX_MAX_TREE_DEPTH);
+        goto fail;
+    }
     if (!frame_of(&p, t->root, NULL, NULL)) {
         rc = rc_fail(RC_ENOMEM, "MemoryError: out of memory while parsing");
         goto fail;

@@ -38,7 +38,7 @@ static int view_init(jrt *rt, jv v, sview *w)
     w->n = s->nchars;
     w->off = NULL;
     if (s->nchars == s->len)
-        return 0;
+        return jv_tick_bytes(rt, s->len);
     w->off = rc_malloc((s->nchars + 1) * sizeof *w->off);
     if (!w->off)
         return jv_nomem(rt);
@@ -48,7 +48,7 @@ static int view_init(jrt *rt, jv v, sview *w)
         ju_next(s->s, &i);
     }
     w->off[k] = s->len;
-    return jv_tick(rt, s->len / 64);
+    return jv_tick(rt, s->nchars / 4);     /* an 8-byte offset per character */
 }
 
 static size_t vb(const sview *w, size_t ci) { return w->off ? w->off[ci] : ci; }
@@ -985,9 +985,13 @@ static int format_value(jrt *rt, jv v, const char *spec, size_t slen, jbuf *out)
     if ((rc = parse_spec(rt, spec, slen, &f)) < 0)
         return rc;
     char num[400];
+    if (f.grouping && f.type && !strchr("deEfFgG%", f.type))
+        return jv_fail(rt, RC_EINVAL, "ValueError: Cannot specify '%c' with '%c'.", f.grouping, f.type);
     if (v.t == JV_STR && (f.type == 0 || f.type == 's')) {
         if (f.sign)
             return jv_fail(rt, RC_EINVAL, "ValueError: Sign not allowed in string format specifier");
+        if (f.grouping)
+            return jv_fail(rt, RC_EINVAL, "ValueError: Cannot specify '%c' with 's'.", f.grouping);
         size_t bl = jv_s(v)->len;
         if (f.prec >= 0 && (size_t)f.prec < jv_s(v)->nchars)
             bl = ju_offset(jv_s(v)->s, jv_s(v)->len, (size_t)f.prec);
@@ -995,6 +999,8 @@ static int format_value(jrt *rt, jv v, const char *spec, size_t slen, jbuf *out)
     }
     bool int_type = f.type == 0 || strchr("bcdoxXn", f.type);
     if (jv_is_intlike(v) && int_type && !(v.t == JV_BOOL && f.type == 0)) {
+        if (f.prec >= 0)
+            return jv_fail(rt, RC_EINVAL, "ValueError: Precision not allowed in integer format specifier");
         int64_t x = jv_as_int(v);
         uint64_t mag = x < 0 ? 0 - (uint64_t)x : (uint64_t)x;
         char digits[80];
@@ -1046,9 +1052,38 @@ static int format_value(jrt *rt, jv v, const char *spec, size_t slen, jbuf *out)
             if (f.prec < 0) {
                 jv_fmt_float(mag, num);
             } else {
-                snprintf(num, sizeof num, "%.*g", (int)(prec ? prec : 1), mag);
-                if (!strpbrk(num, ".enai"))
-                    strcat(num, ".0");
+                /* like 'g', but the exponent form starts one digit
+                 * earlier and fixed notation keeps a ".0" (CPython's
+                 * add_dot_0_if_integer) */
+                int p = (int)(prec ? prec : 1);
+                char e[64];
+                snprintf(e, sizeof e, "%.*e", p - 1, mag);
+                int exp10 = isfinite(mag) ? atoi(strchr(e, 'e') + 1) : 0;
+                if (!isfinite(mag)) {
+                    snprintf(num, sizeof num, "%g", mag);
+                } else if (exp10 < -4 || exp10 >= p - 1) {
+                    char *ep = strchr(e, 'e'), mant[64];
+                    snprintf(mant, sizeof mant, "%.*s", (int)(ep - e), e);
+                    if (strchr(mant, '.')) {
+                        size_t l = strlen(mant);
+                        while (l > 0 && mant[l - 1] == '0')
+                            mant[--l] = '\0';
+                        if (l > 0 && mant[l - 1] == '.')
+                            mant[--l] = '\0';
+                    }
+                    snprintf(num, sizeof num, "%s%s", mant, ep);
+                } else {
+                    snprintf(num, sizeof num, "%.*f", p - 1 - exp10, mag);
+                    if (strchr(num, '.')) {
+                        size_t l = strlen(num);
+                        while (num[l - 1] == '0')
+                            num[--l] = '\0';
+                        if (num[l - 1] == '.')
+                            num[--l] = '\0';
+                    }
+                    if (!strchr(num, '.'))
+                        strcat(num, ".0");
+                }
             }
         } else {
             char cf[16];
@@ -1071,6 +1106,9 @@ static int format_value(jrt *rt, jv v, const char *spec, size_t slen, jbuf *out)
         jbuf_free(rt, &body);
         return rc;
     }
+    if (v.t == JV_STR || jv_is_num(v))
+        return jv_fail(rt, RC_EINVAL, "ValueError: Unknown format code '%c' for object of type '%s'",
+                       f.type, jv_type_name(v));
     return jv_fail(rt, RC_EINVAL, "TypeError: unsupported format string passed to %s.__format__",
                    jv_type_name(v));
 }
@@ -1470,6 +1508,8 @@ static int predicate(jrt *rt, jv self, const jcall *a, jv *out, int kind)
         return rc;
     const jstr *x = jv_s(self);
     bool ok = x->len > 0, cased = false, prev_cased = false;
+    if ((rc = jv_tick_chars(rt, x->len)) < 0)
+        return rc;
     for (size_t i = 0; i < x->len && ok;) {
         uint32_t c = ju_next(x->s, &i);
         switch (kind) {

@@ -570,7 +570,9 @@ static int hash_rec(jrt *rt, jv v, int depth, uint64_t *out)
         }
         return 0;
     }
-    case JV_STR: *out = hash_bytes(jv_s(v)->s, jv_s(v)->len); return 0;
+    case JV_STR:
+        *out = hash_bytes(jv_s(v)->s, jv_s(v)->len);
+        return jv_tick_chars(rt, jv_s(v)->len);
     case JV_TUPLE: {
         uint64_t h = 0x345678ull;
         jlist *l = jv_l(v);
@@ -933,12 +935,15 @@ static int eq_rec(jrt *rt, jv a, jv b, int depth, bool *out)
     case JV_STR:
         *out = jv_s(a)->len == jv_s(b)->len &&
                memcmp(jv_s(a)->s, jv_s(b)->s, jv_s(a)->len) == 0;
-        return 0;
+        return *out ? jv_tick_bytes(rt, jv_s(a)->len) : 0;
     case JV_LIST:
     case JV_TUPLE: {
         jlist *x = jv_l(a), *y = jv_l(b);
         if (x->n != y->n)
             return 0;
+        int rc0 = jv_tick(rt, x->n / 2);
+        if (rc0 < 0)
+            return rc0;
         for (size_t i = 0; i < x->n; i++) {
             bool e;
             int rc = eq_rec(rt, x->items[i], y->items[i], depth + 1, &e);
@@ -952,6 +957,9 @@ static int eq_rec(jrt *rt, jv a, jv b, int depth, bool *out)
         jdict *x = jv_d(a), *y = jv_d(b);
         if (x->n != y->n)
             return 0;
+        int rc0 = jv_tick(rt, x->n / 2);
+        if (rc0 < 0)
+            return rc0;
         for (size_t i = 0; i < x->n; i++) {
             jentry *e;
             bool same;
@@ -1002,7 +1010,7 @@ static int cmp_rec(jrt *rt, jv a, jv b, const char *op, int depth, int *out)
         size_t n = x->len < y->len ? x->len : y->len;
         int c = memcmp(x->s, y->s, n);
         *out = c < 0 ? -1 : c > 0 ? 1 : x->len < y->len ? -1 : x->len > y->len;
-        return 0;
+        return jv_tick_bytes(rt, n);
     }
     if (jv_is_seq(a) && jv_is_seq(b) && a.t == b.t) {
         jlist *x = jv_l(a), *y = jv_l(b);
@@ -1355,7 +1363,7 @@ int jv_items(jrt *rt, jv v, jv *out)
             l->items[i] = d->e[i].key;
         }
         l->n = d->n;
-        return 0;
+        return jv_tick(rt, d->n / 16);
     }
     case JV_STR: {
         jstr *s = jv_s(v);
