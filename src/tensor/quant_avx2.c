@@ -31,7 +31,13 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
+/* Loops over registers (constant trip counts after inlining) unrolled in
+ * full. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
 #define UNROLL _Pragma("GCC unroll 8")
+#endif
 #define INLINE static inline __attribute__((always_inline))
 
 /* ---- helpers ------------------------------------------------------------ */

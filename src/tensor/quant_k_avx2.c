@@ -29,8 +29,15 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
+/* Loops over registers (constant trip counts after inlining) unrolled in
+ * full; loops kept rolled where unrolling only spills. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#define NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
 #define UNROLL _Pragma("GCC unroll 8")
 #define NO_UNROLL _Pragma("GCC unroll 1")
+#endif
 #define INLINE static inline __attribute__((always_inline))
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -278,14 +285,35 @@ INLINE void kblock_dot(int kt, const uint8_t *wb, const block_q8_K *xb, int *isu
     const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
     if (kt == K_Q6) {
         const block_q6_K *k = (const block_q6_K *)wb;
-        for (int h = 0; h < 2; h++)
-            for (int g = 0; g < 4; g++) {
-                const int s = 8 * h + 2 * g;
-                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(k->scales[s + 1]),
-                                                     _mm_set1_epi16(k->scales[s]));
+        const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+        UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(k->ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(k->ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(k->qh + 32 * h));
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
+            };
+            /* the half's 8 scales as 16-bit lanes in both halves; group g
+             * takes scale 2g in lanes 0-7 and 2g + 1 in lanes 8-15 */
+            const __m128i s8 = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(k->scales + 8 * h)));
+            const __m256i sc = _mm256_set_m128i(s8, s8);
+            UNROLL for (int g = 0; g < 4; g++) {
+                const char a = (char)(4 * g), c = (char)(4 * g + 2);
+                const __m256i scv = _mm256_shuffle_epi8(sc, _mm256_setr_epi8(
+                    a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1),
+                    a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1),
+                    c, (char)(c + 1), c, (char)(c + 1), c, (char)(c + 1), c, (char)(c + 1),
+                    c, (char)(c + 1), c, (char)(c + 1), c, (char)(c + 1), c, (char)(c + 1)));
                 const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * g));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q6_levels(k, h, g), xv), scv));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], xv), scv));
             }
+        }
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)k->scales));
         acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
         *isum = hsum_epi32(acc);
@@ -296,10 +324,28 @@ INLINE void kblock_dot(int kt, const uint8_t *wb, const block_q8_K *xb, int *isu
     const uint8_t *qh = kt == K_Q5 ? ((const block_q5_K *)wb)->qh : NULL;
     uint8_t sc[8], m[8];
     k4_scales(((const block_q4_K *)wb)->scales, sc, m);   /* same offset in Q5_K */
-    for (int s = 0; s < 8; s++) {
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * s));
-        const __m256i p = _mm256_maddubs_epi16(k4_level(qs, qh, s), xv);
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(sc[s])));
+    /* the scales as 16-bit lanes, in both halves; sub-block s's broadcast
+     * is one byte shuffle (bytes 2s, 2s + 1 into every lane) */
+    const __m128i sc16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc));
+    const __m256i scales = _mm256_set_m128i(sc16, sc16);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i hbits = _mm256_setzero_si256();
+    if (qh)
+        hbits = _mm256_loadu_si256((const __m256i *)qh);
+    UNROLL for (int p = 0; p < 4; p++) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        if (qh) {
+            const __m256i one = _mm256_set1_epi8(1);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p + 1), one), 4));
+        }
+        const __m256i s0 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)(0x0100 * (4 * p + 1) + 4 * p)));
+        const __m256i s1 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)(0x0100 * (4 * p + 3) + 4 * p + 2)));
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * p));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * p + 32));
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0),
+                                                     _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1)));
     }
     *isum = hsum_epi32(acc);
     const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);

@@ -42,8 +42,15 @@
 #include "tensor/kernels_isa.h"
 #include "tensor/quant_ref.h"
 
+/* Loops over registers (constant trip counts after inlining) unrolled in
+ * full; loops kept rolled where unrolling only spills. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#define NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
 #define UNROLL _Pragma("GCC unroll 8")
 #define NO_UNROLL _Pragma("GCC unroll 1")
+#endif
 #define INLINE static inline __attribute__((always_inline))
 #define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
@@ -231,35 +238,48 @@ INLINE __m256i sum8x8(const __m256i v[8])
 }
 
 /* Rows [0, nr) (nr <= 8) of w against one prepared row; y[r] the results.
- * DOT(q, x): 8 lanes of sums of 4 products of unsigned q and signed x. */
+ * DOT(q, x): 8 lanes of sums of 4 products of unsigned q and signed x.
+ * The rows' f16 scales are gathered into one vector before conversion
+ * (eight float stores read back as a vector would stall the load). */
+/* Row r of the 8 (r a literal: the 16-bit insert takes a constant lane). */
+#define ROWS8_ROW(DOT, r)                                                                  \
+    if ((r) < nr) {                                                                        \
+        const uint8_t *p = w + (size_t)(r) * ws + (size_t)b * wb;                          \
+        _mm_prefetch((const char *)(p + 8 * ws), _MM_HINT_T0);                             \
+        float d_unused, m_unused;                                                          \
+        v[r] = DOT(wlevels(wt, w + (size_t)(r) * ws, b, &d_unused, &m_unused), xv);        \
+        fp16_t h;                                                                          \
+        memcpy(&h, p, sizeof h);                                                           \
+        dh = _mm_insert_epi16(dh, h, r);                                                   \
+        if (has_min(wt)) {                                                                 \
+            memcpy(&h, p + 2, sizeof h);                                                   \
+            mh = _mm_insert_epi16(mh, h, r);                                               \
+        }                                                                                  \
+    } else {                                                                               \
+        v[r] = _mm256_setzero_si256();                                                     \
+    }
+
 #define DEFINE_ROWS8(NAME, ATTR, DOT)                                                      \
     ATTR INLINE void NAME(int wt, int64_t n, const uint8_t *w, size_t ws, int nr,          \
                           const uint8_t *x, float *y)                                      \
     {                                                                                      \
         const int off = level_offset(wt);                                                  \
+        const size_t wb = wblock_bytes(wt);                                                \
         __m256 acc = _mm256_setzero_ps();                                                  \
         for (int64_t b = 0; b < n / 32; b++) {                                             \
             const uint8_t *xk = x + (size_t)b * XP_BYTES;                                  \
             const __m256i xv = _mm256_loadu_si256((const __m256i *)xk);                    \
             __m256i v[8];                                                                  \
-            float d[8], m[8];                                                              \
-            UNROLL for (int r = 0; r < 8; r++) {                                           \
-                d[r] = m[r] = 0.0f;                                                        \
-                if (r < nr) {                                                              \
-                    _mm_prefetch((const char *)(w + (size_t)(r + 8) * ws) +                \
-                                 (size_t)b * wblock_bytes(wt), _MM_HINT_T0);               \
-                    v[r] = DOT(wlevels(wt, w + (size_t)r * ws, b, &d[r], &m[r]), xv);      \
-                } else {                                                                   \
-                    v[r] = _mm256_setzero_si256();                                         \
-                }                                                                          \
-            }                                                                              \
+            __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();                    \
+            ROWS8_ROW(DOT, 0) ROWS8_ROW(DOT, 1) ROWS8_ROW(DOT, 2) ROWS8_ROW(DOT, 3)        \
+            ROWS8_ROW(DOT, 4) ROWS8_ROW(DOT, 5) ROWS8_ROW(DOT, 6) ROWS8_ROW(DOT, 7)        \
             __m256i isum = sum8x8(v);                                                      \
             if (off)                                                                       \
                 isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(off * load_i32(xk + XP_SUM))); \
-            const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(d), _mm256_set1_ps(load_f32(xk + XP_D))); \
+            const __m256 s = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(load_f32(xk + XP_D))); \
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc);                       \
             if (has_min(wt))                                                               \
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(m), _mm256_set1_ps(load_f32(xk + XP_SUM)), acc); \
+                acc = _mm256_fmadd_ps(_mm256_cvtph_ps(mh), _mm256_set1_ps(load_f32(xk + XP_SUM)), acc); \
         }                                                                                  \
         float lanes[8];                                                                    \
         _mm256_storeu_ps(lanes, acc);                                                      \
@@ -528,7 +548,10 @@ DEFINE_FORMAT(q5_1, W_Q5_1)
 
 /* ---- Q8_0 ---------------------------------------------------------------------- */
 
-enum { Q8_RM = 1, Q8_RN = 8 };
+/* One weight row against up to 8 prepared activation rows (Q8_NBMAX
+ * blocks at most: dxt holds their scales transposed, 8 per block), so the
+ * 8 scale products of a block are one multiply. */
+enum { Q8_RN = 8, Q8_NBMAX = 1024, Q8_XP = 36 };
 
 static float q8_0_vec_dot(const void *w, const void *x, int64_t n)
 {
@@ -545,56 +568,64 @@ static float q8_0_vec_dot(const void *w, const void *x, int64_t n)
     return hsum_ps(acc);
 }
 
+/* vec_dot's arithmetic on a prepared row (rows too long for the tile);
+ * `flipped`: the bytes have 128 added (the AVX-VNNI layout). */
+static float q8_0_prepared_dot(const uint8_t *w, const uint8_t *x, int64_t n, int flipped)
+{
+    const __m256i flip = _mm256_set1_epi8(flipped ? (char)0x80 : 0);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        const block_q8_0 *wk = (const block_q8_0 *)w + b;
+        const uint8_t *xk = x + (size_t)b * Q8_XP;
+        const __m256i q = _mm256_loadu_si256((const __m256i *)wk->qs);
+        const __m256i xv = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)xk), flip);
+        const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xv, q));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wk->d) * load_f32(xk + 32)),
+                              _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc);
+    }
+    return hsum_ps(acc);
+}
+
 /* tile_x_prep: the bytes, then d as a float. */
 static void q8_0_prep(const void *xq, void *dst, int64_t n)
 {
     for (int64_t b = 0; b < n / 32; b++) {
         const block_q8_0 *xk = (const block_q8_0 *)xq + b;
-        uint8_t *o = (uint8_t *)dst + (size_t)b * 36;
+        uint8_t *o = (uint8_t *)dst + (size_t)b * Q8_XP;
         memcpy(o, xk->qs, 32);
         const float d = h2f(xk->d);
         memcpy(o + 32, &d, sizeof d);
     }
 }
 
-/* MR weight rows by NR prepared activation rows.  DOT(u, s): 8 sums of 4
- * products of unsigned u and signed s bytes.  The empty asm keeps the
- * compiler from turning the vector product of two broadcasts into a scalar
- * product and a broadcast per output (one instruction more). */
+/* One weight row w against NR prepared activation rows.  DOT(u, s): 8 sums
+ * of 4 products of unsigned u and signed s bytes.  Per block the products
+ * d_w * d_x of all rows are one vector multiply, read back by broadcasts
+ * from memory (loads, not shuffles). */
 #define DEFINE_Q8_KERNEL(NAME, ATTR, DOT)                                                  \
-    ATTR INLINE void NAME(int MR, int NR, int64_t nb, const uint8_t *w, size_t ws,         \
-                          const uint8_t *x, size_t xs, float *y, size_t ldy)               \
+    ATTR INLINE void NAME(int NR, int64_t nb, const uint8_t *w, const uint8_t *x,          \
+                          size_t xs, const float *dxt, float *y, size_t ldy)               \
     {                                                                                      \
-        __m256 acc[Q8_RM][Q8_RN];                                                          \
-        UNROLL for (int i = 0; i < MR; i++)                                                \
-            UNROLL for (int j = 0; j < NR; j++)                                            \
-                acc[i][j] = _mm256_setzero_ps();                                           \
+        __m256 acc[Q8_RN];                                                                 \
+        UNROLL for (int j = 0; j < NR; j++)                                                \
+            acc[j] = _mm256_setzero_ps();                                                  \
         for (int64_t b = 0; b < nb; b++) {                                                 \
-            __m256i aw[Q8_RM];                                                             \
-            __m256 dw[Q8_RM];                                                              \
-            const block_q8_0 *wk[Q8_RM];                                                   \
-            UNROLL for (int i = 0; i < MR; i++) {                                          \
-                wk[i] = (const block_q8_0 *)(w + (size_t)i * ws) + b;                      \
-                aw[i] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)wk[i]->qs));   \
-                dw[i] = _mm256_set1_ps(h2f(wk[i]->d));                                     \
-            }                                                                              \
+            const block_q8_0 *wk = (const block_q8_0 *)w + b;                              \
+            const __m256i wq = _mm256_loadu_si256((const __m256i *)wk->qs);                \
+            const __m256i aw = _mm256_abs_epi8(wq);                                        \
+            __m256 dw = _mm256_set1_ps(h2f(wk->d));                                        \
+            __asm__("" : "+x"(dw));                                                        \
             UNROLL for (int j = 0; j < NR; j++) {                                          \
-                const uint8_t *xk = x + (size_t)j * xs + (size_t)b * 36;                   \
-                const __m256i xv = _mm256_loadu_si256((const __m256i *)xk);                \
-                __m256 dxv = _mm256_set1_ps(load_f32(xk + 32));                            \
-                __asm__("" : "+x"(dxv));                                                   \
-                UNROLL for (int i = 0; i < MR; i++) {                                      \
-                    const __m256i sx = _mm256_sign_epi8(                                   \
-                        xv, _mm256_loadu_si256((const __m256i *)wk[i]->qs));               \
-                    acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw[i], dxv),                 \
-                                                _mm256_cvtepi32_ps(DOT(aw[i], sx)),        \
-                                                acc[i][j]);                                \
-                }                                                                          \
+                const __m256i xv = _mm256_loadu_si256(                                     \
+                    (const __m256i *)(x + (size_t)j * xs + (size_t)b * Q8_XP));            \
+                acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(&dxt[8 * b + j])), \
+                                         _mm256_cvtepi32_ps(DOT(aw, _mm256_sign_epi8(xv, wq))), \
+                                         acc[j]);                                          \
             }                                                                              \
         }                                                                                  \
-        UNROLL for (int i = 0; i < MR; i++)                                                \
-            UNROLL for (int j = 0; j < NR; j++)                                            \
-                y[(size_t)j * ldy + i] = hsum_ps(acc[i][j]);                               \
+        UNROLL for (int j = 0; j < NR; j++)                                                \
+            y[(size_t)j * ldy] = hsum_ps(acc[j]);                                          \
     }
 
 INLINE __m256i dot_avx2(__m256i u, __m256i s)
@@ -602,42 +633,87 @@ INLINE __m256i dot_avx2(__m256i u, __m256i s)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-VNNI INLINE __m256i dot_vnni(__m256i u, __m256i s)
+DEFINE_Q8_KERNEL(q8_kernel_avx2, , dot_avx2)
+
+/* With VPDPBUSD the activations come prepared with 128 added (unsigned),
+ * and each lane's sum starts at -128 * (the lane's 4 weights), which leaves
+ * exactly the sign trick's lane sums with one instruction per output. */
+VNNI INLINE void q8_kernel_vnni(int NR, int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs,
+                                const float *dxt, float *y, size_t ldy)
 {
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+    __m256 acc[Q8_RN];
+    UNROLL for (int j = 0; j < NR; j++)
+        acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q8_0 *wk = (const block_q8_0 *)w + b;
+        const __m256i wq = _mm256_loadu_si256((const __m256i *)wk->qs);
+        const __m256i lane_sum = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(),
+                                                         _mm256_set1_epi8(1), wq);
+        const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(lane_sum, 7));
+        __m256 dw = _mm256_set1_ps(h2f(wk->d));
+        __asm__("" : "+x"(dw));
+        UNROLL for (int j = 0; j < NR; j++) {
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + (size_t)j * xs + (size_t)b * Q8_XP));
+            acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(&dxt[8 * b + j])),
+                                     _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(start, xv, wq)), acc[j]);
+        }
+    }
+    UNROLL for (int j = 0; j < NR; j++)
+        y[(size_t)j * ldy] = hsum_ps(acc[j]);
 }
 
-DEFINE_Q8_KERNEL(q8_kernel_avx2, , dot_avx2)
-DEFINE_Q8_KERNEL(q8_kernel_vnni, VNNI, dot_vnni)
+/* tile_x_prep of the AVX-VNNI kernel: the bytes + 128, then d. */
+static void q8_0_prep_vnni(const void *xq, void *dst, int64_t n)
+{
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const block_q8_0 *xk = (const block_q8_0 *)xq + b;
+        uint8_t *o = (uint8_t *)dst + (size_t)b * Q8_XP;
+        _mm256_storeu_si256((__m256i *)o, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)xk->qs), flip));
+        const float d = h2f(xk->d);
+        memcpy(o + 32, &d, sizeof d);
+    }
+}
 
-#define Q8_CASE(K, a, c)                                                            \
-    case (a) * 16 + (c):                                                            \
-        if ((a) <= Q8_RM && (c) <= Q8_RN)                                           \
-            K(a, c, nb, wp, ws, xp, xs, y + (size_t)j0 * ldy + i0, ldy);            \
+#define Q8_CASE(K, c)                                                               \
+    case c:                                                                         \
+        K(c, nb, wp, xp, xs, dxt, y + (size_t)j0 * ldy + i, ldy);                   \
         break;
 
-#define DEFINE_Q8_TILE(NAME, ATTR, K)                                               \
+#define DEFINE_Q8_TILE(NAME, ATTR, K, FLIPPED)                                      \
     ATTR static void NAME(int64_t n, const void *w, size_t ws, int n_w,            \
                           const void *x, size_t xs, int n_x, float *y, size_t ldy) \
     {                                                                               \
         const int64_t nb = n / 32;                                                  \
+        if (nb > Q8_NBMAX) {                                                        \
+            for (int j = 0; j < n_x; j++)                                           \
+                for (int i = 0; i < n_w; i++)                                       \
+                    y[(size_t)j * ldy + i] = q8_0_prepared_dot(                     \
+                        (const uint8_t *)w + (size_t)i * ws,                        \
+                        (const uint8_t *)x + (size_t)j * xs, n, FLIPPED);           \
+            return;                                                                 \
+        }                                                                           \
+        float dxt[8 * Q8_NBMAX];                                                    \
         for (int j0 = 0; j0 < n_x; j0 += Q8_RN) {                                   \
             const int rn = n_x - j0 < Q8_RN ? n_x - j0 : Q8_RN;                     \
             const uint8_t *xp = (const uint8_t *)x + (size_t)j0 * xs;               \
-            for (int i0 = 0; i0 < n_w; i0 += Q8_RM) {                               \
-                const int rm = n_w - i0 < Q8_RM ? n_w - i0 : Q8_RM;                 \
-                const uint8_t *wp = (const uint8_t *)w + (size_t)i0 * ws;           \
-                switch (rm * 16 + rn) {                                             \
-                Q8_CASE(K, 1, 1) Q8_CASE(K, 1, 2) Q8_CASE(K, 1, 3) Q8_CASE(K, 1, 4) \
-                Q8_CASE(K, 1, 5) Q8_CASE(K, 1, 6) Q8_CASE(K, 1, 7) Q8_CASE(K, 1, 8) \
+            for (int64_t b = 0; b < nb; b++)                                        \
+                for (int j = 0; j < 8; j++)                                         \
+                    dxt[8 * b + j] = j < rn                                         \
+                        ? load_f32(xp + (size_t)j * xs + (size_t)b * Q8_XP + 32) : 0.0f; \
+            for (int i = 0; i < n_w; i++) {                                         \
+                const uint8_t *wp = (const uint8_t *)w + (size_t)i * ws;            \
+                switch (rn) {                                                       \
+                Q8_CASE(K, 1) Q8_CASE(K, 2) Q8_CASE(K, 3) Q8_CASE(K, 4)             \
+                Q8_CASE(K, 5) Q8_CASE(K, 6) Q8_CASE(K, 7) Q8_CASE(K, 8)             \
                 default: break;                                                     \
                 }                                                                   \
             }                                                                       \
         }                                                                           \
     }
 
-DEFINE_Q8_TILE(q8_0_tile, , q8_kernel_avx2)
-DEFINE_Q8_TILE(q8_0_tile_vnni, VNNI, q8_kernel_vnni)
+DEFINE_Q8_TILE(q8_0_tile, , q8_kernel_avx2, 0)
+DEFINE_Q8_TILE(q8_0_tile_vnni, VNNI, q8_kernel_vnni, 1)
 
 /* ---- registration ------------------------------------------------------------- */
 
@@ -654,6 +730,8 @@ void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni)
     SET(TT_Q4_1, q4_1, XP_BYTES);
     SET(TT_Q5_0, q5_0, XP_BYTES);
     SET(TT_Q5_1, q5_1, XP_BYTES);
-    SET(TT_Q8_0, q8_0, 36);
+    SET(TT_Q8_0, q8_0, Q8_XP);
+    if (use_vnni)
+        table[TT_Q8_0].tile_x_prep = q8_0_prep_vnni;
 #undef SET
 }
