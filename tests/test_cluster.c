@@ -264,7 +264,7 @@ TEST_T(cluster_send_large_message, 60)
     cfg.bench = 0;
     struct cluster *b;
     CHECK_OK(cluster_new(&cfg, &b, NULL));
-    cluster_set_handler(b, on_msg, NULL);
+    CHECK_OK(cluster_add_handler(b, 0x40, 0x7f, on_msg, NULL));
     CHECK_OK(cluster_start(b));
     wait_state(a, cluster_self_id(b), "up", 5000);
     /* 5 MiB + 3 bytes: six frames, one stream */

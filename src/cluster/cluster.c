@@ -212,8 +212,11 @@ static void update_membership(struct cluster *c, uint64_t now)
         pthread_mutex_unlock(&c->mu);
         rc_log(up ? LOG_INFO : LOG_WARN, "cluster: node %.8s (%s) is %s", n->id_hex,
                n->name[0] ? n->name : "?", up ? "up" : "down");
-        if (!up)
+        if (!up) {
             n->next_dial_ns = now;   /* try again at once (it may have restarted) */
+            if (c->on_down)
+                c->on_down(c->on_down_ud, n->id_hex);
+        }
     }
 }
 
@@ -898,10 +901,39 @@ void cluster_set_serving(struct cluster *c, const char *const *names, int n)
         event_active(c->wake_ev, 0, 0);
 }
 
-void cluster_set_handler(struct cluster *c, cluster_msg_fn fn, void *ud)
+int cluster_add_handler(struct cluster *c, int type_lo, int type_hi, cluster_msg_fn fn, void *ud)
 {
-    c->on_msg = fn;
-    c->on_msg_ud = ud;
+    if (type_lo < 0x40 || type_hi > 0x7f || type_lo > type_hi || !fn)
+        return rc_fail(RC_EINVAL, "cluster: bad handler range 0x%02x-0x%02x", type_lo, type_hi);
+    for (int i = 0; i < c->n_handlers; i++)
+        if (type_lo <= c->handlers[i].hi && c->handlers[i].lo <= type_hi)
+            return rc_fail(RC_EINVAL, "cluster: handler range 0x%02x-0x%02x is taken", type_lo,
+                           type_hi);
+    if (c->n_handlers == CLUSTER_MAX_HANDLERS)
+        return rc_fail(RC_ELIMIT, "cluster: too many message handlers");
+    c->handlers[c->n_handlers].lo = type_lo;
+    c->handlers[c->n_handlers].hi = type_hi;
+    c->handlers[c->n_handlers].fn = fn;
+    c->handlers[c->n_handlers].ud = ud;
+    c->n_handlers++;
+    return 0;
+}
+
+void cluster_set_down_handler(struct cluster *c, cluster_down_fn fn, void *ud)
+{
+    c->on_down = fn;
+    c->on_down_ud = ud;
+}
+
+void cl__dispatch(struct cluster *c, const char *from_id, int type, const uint8_t *data,
+                  size_t len)
+{
+    for (int i = 0; i < c->n_handlers; i++)
+        if (type >= c->handlers[i].lo && type <= c->handlers[i].hi) {
+            c->handlers[i].fn(c->handlers[i].ud, from_id, type, data, len);
+            return;
+        }
+    rc_log(LOG_DEBUG, "cluster: no handler for data-plane message type 0x%02x", type);
 }
 
 int cluster_send(struct cluster *c, const char *to_id, int type, const void *data, size_t len)

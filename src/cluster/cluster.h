@@ -104,8 +104,18 @@ bool cluster_has_quorum(struct cluster *c);
  * call only. */
 typedef void (*cluster_msg_fn)(void *ud, const char *from_id, int type,
                                const uint8_t *data, size_t len);
-/* Sets the handler (before cluster_start). */
-void cluster_set_handler(struct cluster *c, cluster_msg_fn fn, void *ud);
+/* Registers the handler of the types [type_lo, type_hi] (before
+ * cluster_start).  Ranges in use: 0x40-0x4f pipeline stages, 0x50-0x57
+ * weight transfer, 0x58-0x5f requests forwarded between nodes.  RC_ELIMIT
+ * past CLUSTER_MAX_HANDLERS, RC_EINVAL for a range outside 0x40-0x7f or one
+ * that overlaps another. */
+#define CLUSTER_MAX_HANDLERS 8
+int cluster_add_handler(struct cluster *c, int type_lo, int type_hi, cluster_msg_fn fn, void *ud);
+
+/* Called on the cluster thread when the link to a node is lost (the node may
+ * still come back), so that data-plane users can fail what waits on it. */
+typedef void (*cluster_down_fn)(void *ud, const char *node_id);
+void cluster_set_down_handler(struct cluster *c, cluster_down_fn fn, void *ud);
 
 /* Queues a message of any size up to WIRE_MSG_MAX for a peer (sent in
  * frames of at most 1 MiB); returns 0, RC_ENOTFOUND when the node has no

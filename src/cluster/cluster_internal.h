@@ -163,8 +163,10 @@ struct cluster {
     bool bench_started;
 
     cl_out *out_head, *out_tail;              /* mu */
-    cluster_msg_fn on_msg;
-    void *on_msg_ud;
+    struct { int lo, hi; cluster_msg_fn fn; void *ud; } handlers[CLUSTER_MAX_HANDLERS];
+    int n_handlers;
+    cluster_down_fn on_down;
+    void *on_down_ud;
 };
 
 /* now - t, or 0 when t is later (stamps taken after `now` was read) */
@@ -172,6 +174,8 @@ static inline uint64_t cl__since(uint64_t now, uint64_t t) { return now > t ? no
 
 /* cluster.c: called by peer.c and discovery.c on the cluster thread */
 cl_node *cl__node_find(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);
+void cl__dispatch(struct cluster *c, const char *from_id, int type, const uint8_t *data,
+                  size_t len);
 cl_node *cl__node_add(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);
 void cl__node_add_addr(struct cluster *c, cl_node *n, const char *addr);
 void cl__on_established(struct cluster *c, cl_conn *k);

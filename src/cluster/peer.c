@@ -245,8 +245,8 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
         break;
     }
     default:
-        if (m->type >= 0x40 && m->type < 0x80 && c->on_msg && k->node)
-            c->on_msg(c->on_msg_ud, k->node->id_hex, m->type, m->data, m->len);
+        if (m->type >= 0x40 && m->type < 0x80 && k->node)
+            cl__dispatch(c, k->node->id_hex, m->type, m->data, m->len);
         else
             rc_log(LOG_DEBUG, "cluster: ignoring a message of unknown type 0x%02x from %s",
                    m->type, short_id(k));
