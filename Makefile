@@ -65,7 +65,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test test-unit test-san test-e2e test-cluster fuzz clean deps
+.PHONY: all run test test-unit test-san test-e2e test-cluster test-pipeline fuzz clean deps
 all: $(BUILD)/racimo
 
 $(BUILD)/libracimo.a: $(LIB_OBJ)
@@ -164,6 +164,12 @@ test-e2e: build/rel/racimo
 # discovery, refusals, avahi-browse, SIGKILL and a cut link (tests/cluster).
 test-cluster: build/rel/racimo
 	@RACIMO_BIN=build/rel/racimo tests/cluster/run.sh
+
+# test-pipeline: one model across 2-4 nodes in network namespaces (needs
+# root): same greedy text as one node, a killed stage node, weight pulls,
+# nodes under an address-space limit (tests/cluster/pipeline.sh).
+test-pipeline: build/rel/racimo
+	@RACIMO_BIN=build/rel/racimo tests/cluster/pipeline.sh
 
 test:
 	@scripts/test-all.sh

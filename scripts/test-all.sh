@@ -46,8 +46,9 @@ else
 fi
 if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && command -v jq >/dev/null; then
   step cluster make --no-print-directory test-cluster
+  step pipeline make --no-print-directory test-pipeline
 else
-  echo "cluster: skipped (needs root, iproute2 and jq: scripts/install-deps.sh)"; total_s=$((total_s+1))
+  echo "cluster: skipped (needs root, iproute2 and jq: scripts/install-deps.sh)"; total_s=$((total_s+2))
 fi
 if command -v clang >/dev/null; then
   step fuzz make --no-print-directory fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-30}"

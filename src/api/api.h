@@ -41,6 +41,11 @@ typedef struct {
     struct cluster *cluster;          /* NULL: standalone; else GET /v1/cluster answers its
                                          view and the models served are published to it
                                          (cluster/cluster.h); must outlive the server */
+    struct pipeline *pipeline;        /* with a cluster: models too big for this node run
+                                         as a pipeline across nodes (cluster/pipeline.h) */
+    int min_nodes;                    /* split every model over at least this many nodes
+                                         (benchmarks, tests); 0 = as placement decides */
+    bool wire_f32;                    /* pipeline hidden states as f32 (default f16) */
 } api_config;
 
 void api_config_default(api_config *c);

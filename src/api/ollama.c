@@ -61,7 +61,7 @@ static int read_facts(api_server *s, const api_model *m, model_facts *f)
     gguf_file *g = NULL;
     bool own = false;
     if (registry_state(s->reg, (api_model *)m, NULL, 0) == MODEL_READY) {
-        g = m->lm.m->file;
+        g = m->lm.m ? m->lm.m->file : m->lm.file;
     } else {
         if (gguf_open(m->path, &g))
             return -1;

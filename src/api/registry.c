@@ -4,6 +4,7 @@
  * the engine thread; prompts (template + tokenizer); look-ups.
  */
 #include "registry.h"
+#include "placed.h"
 #include "tool_calls.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -179,6 +180,8 @@ static void unload(api_model *m)
     engine_free(m->eng);
     m->eng = NULL;
     lm_close(&m->lm);
+    json_decref(m->plan);
+    m->plan = NULL;
 }
 
 static void *engine_thread(void *arg)
@@ -213,18 +216,32 @@ static void *engine_thread(void *arg)
 static int load_model(api_registry *r, api_model *m)
 {
     int rc;
-    if ((rc = lm_open(&m->lm, m->path, true, r->template_override)))
+    /* First without weights: the tokenizer and the sizes decide where it
+     * runs; only a model that runs here maps its weights. */
+    if ((rc = lm_open(&m->lm, m->path, false, r->template_override)))
         return rc;
+    model_hparams hp;
+    if ((rc = model_read_hparams(m->lm.file, &hp)))
+        return rc_wrap(rc, "%s: ", m->path);
     m->tool_format = tool_format_detect(m->lm.template_src);
     m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]") : -1;
-    lm_prefault(&m->lm, NULL, NULL);
     m->ep = r->cfg.engine;
-    if (m->lm.m->hp.n_ctx_train > 0 && m->ep.n_ctx > m->lm.m->hp.n_ctx_train)
-        m->ep.n_ctx = m->lm.m->hp.n_ctx_train;
+    if (hp.n_ctx_train > 0 && m->ep.n_ctx > hp.n_ctx_train)
+        m->ep.n_ctx = hp.n_ctx_train;
     if (m->ep.n_batch > m->ep.n_ctx)
         m->ep.n_batch = m->ep.n_ctx;
-    if ((rc = engine_new(m->lm.m, m->lm.tok, &m->ep, &m->eng)))
+    if ((rc = placed_engine(&r->cfg, m, &m->eng, &m->plan)))
         return rc;
+    if (!m->eng) {
+        lm_close(&m->lm);
+        if ((rc = lm_open(&m->lm, m->path, true, r->template_override)))
+            return rc;
+        m->tool_format = tool_format_detect(m->lm.template_src);
+        m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]") : -1;
+        lm_prefault(&m->lm, NULL, NULL);
+        if ((rc = engine_new(m->lm.m, m->lm.tok, &m->ep, &m->eng)))
+            return rc;
+    }
     m->stop = m->work = false;
     if (pthread_create(&m->thread, NULL, engine_thread, m))
         return rc_fail(RC_ENOMEM, "cannot start the engine thread of %s", m->name);
@@ -250,6 +267,7 @@ static void *loader_thread(void *arg)
     }
     pthread_mutex_lock(&r->mu);
     m->state = rc ? MODEL_FAILED : MODEL_READY;
+    m->replacing = false;
     snprintf(m->error, sizeof m->error, "%s", msg);
     m->load_s = (double)(os_now_ns() - t0) * 1e-9;
     m->t_loaded_ns = os_now_ns();
@@ -259,9 +277,40 @@ static void *loader_thread(void *arg)
     return NULL;
 }
 
+/* A pipeline that lost a node is placed again on the nodes left: the
+ * engine thread stops, the engine (and what still waits in it) ends, and
+ * the loader starts over. */
+static void *replace_thread(void *arg)
+{
+    api_model *m = arg;
+    rc_log(LOG_WARN, "model %s: its pipeline lost a node; placing it again", m->name);
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->thread, NULL);
+    m->thread_started = false;
+    unload(m);
+    return loader_thread(m);
+}
+
 int registry_load(api_registry *r, api_model *m)
 {
     pthread_mutex_lock(&r->mu);
+    if (m->state == MODEL_READY && m->eng && engine_broken(m->eng) && !m->replacing) {
+        if (m->loader_started) {
+            pthread_join(m->loader, NULL);
+            m->loader_started = false;
+        }
+        m->state = MODEL_LOADING;
+        m->replacing = true;
+        if (pthread_create(&m->loader, NULL, replace_thread, m) == 0) {
+            m->loader_started = true;
+        } else {
+            m->state = MODEL_FAILED;
+            snprintf(m->error, sizeof m->error, "cannot start a loader thread");
+        }
+    }
     if (m->state == MODEL_AVAILABLE || m->state == MODEL_FAILED) {
         if (m->loader_started) {           /* a finished earlier attempt */
             pthread_join(m->loader, NULL);
@@ -375,6 +424,8 @@ api_model **registry_list(api_registry *r, int *n)
 
 void registry_wake(api_model *m)
 {
+    if (m->eng)
+        engine_wake(m->eng);
     pthread_mutex_lock(&m->mu);
     m->work = true;
     pthread_cond_signal(&m->cv);

@@ -55,6 +55,8 @@ typedef struct api_model {
     int32_t tool_marker;       /* Mistral [TOOL_CALLS] token id, or -1 */
     engine *eng;
     engine_params ep;
+    json_t *plan;              /* where it runs (placement), when in a cluster */
+    bool replacing;            /* a broken pipeline is being placed again */
     /* the engine thread */
     pthread_t thread;
     bool thread_started;
@@ -72,6 +74,10 @@ typedef struct {
     const char *ro_dirs;       /* NULL: $RACIMO_MODELS_READ_ONLY_DIRS */
     const char *template_file; /* NULL, or a chat template for every model */
     engine_params engine;      /* per model; n_ctx is capped by the model's */
+    struct cluster *cluster;   /* NULL: every model runs here */
+    struct pipeline *pipeline; /* with cluster: for models placed across nodes */
+    int min_nodes;             /* placement option: at least this many stages */
+    bool wire_f32;             /* pipeline hidden states as f32 */
 } registry_config;
 
 typedef struct api_registry api_registry;

@@ -16,6 +16,7 @@
 #include "base/mem.h"
 #include "base/os.h"
 #include "cluster/cluster.h"
+#include "cluster/pipeline.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -237,6 +238,8 @@ static int cluster(api_server *s, struct evhttp_request *req)
             json_object_update(o, e);
             json_decref(e);
         }
+        if (o && st == MODEL_READY && m->plan)
+            json_object_set(o, "plan", m->plan);
         json_array_append_new(models, o);
     }
     rc_free(list);
@@ -260,6 +263,8 @@ static int cluster(api_server *s, struct evhttp_request *req)
             json_decref(view);
             json_object_set_new(body, "cluster", json_pack("{s:s}", "mode", "cluster"));
         }
+        if (s->cfg.pipeline)
+            json_object_set_new(body, "pipelines", pipeline_status(s->cfg.pipeline));
     }
     http_reply_json(s, req, 200, body, NULL, NULL);
     return 200;
@@ -492,6 +497,8 @@ int api_server_new(const api_config *cfg, api_server **out)
         .engine = { .n_ctx = cfg->ctx_size, .n_seq = cfg->parallel, .n_batch = cfg->batch,
                     .n_threads = cfg->threads, .max_queue = cfg->queue,
                     .precision = MATMUL_FAST },
+        .cluster = cfg->cluster, .pipeline = cfg->pipeline, .min_nodes = cfg->min_nodes,
+        .wire_f32 = cfg->wire_f32,
     };
     if ((rc = registry_new(&rcfg, job_models_changed, s, &s->reg)))
         goto fail;

@@ -11,16 +11,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A read-only mapping of a whole file. */
+/* A read-only mapping of a whole file or of a byte range of one. */
 typedef struct {
     const uint8_t *data;   /* NULL for an empty file */
     size_t size_bytes;
+    void  *map_addr;       /* private: page-aligned start and length to unmap */
+    size_t map_bytes;
 } os_map;
+
+/* A file open for mapping parts of it (the descriptor stays open). */
+typedef struct {
+    int      fd;           /* -1 when closed */
+    uint64_t size_bytes;
+} os_file;
 
 /* Maps `path` read-only.  Errors (missing file, a directory, I/O) return a
  * negative code with a detail naming the path. */
 int  os_map_file(const char *path, os_map *out);
 void os_unmap(os_map *m);                       /* accepts a zeroed map */
+
+/* Opens a regular file read-only for os_file_map; errors name the path. */
+int  os_file_open(const char *path, os_file *out);
+void os_file_close(os_file *f);                 /* accepts a closed file */
+
+/* Maps bytes [off, off + len) of an open file read-only (off need not be
+ * page aligned).  RC_ENOMEM when the address space is exhausted (e.g. by
+ * RLIMIT_AS), RC_EIO otherwise; `what` names the file in messages. */
+int  os_file_map(const os_file *f, uint64_t off, uint64_t len, const char *what, os_map *out);
 
 /* Advises the kernel that [off, off+len) of a mapping will be needed soon. */
 void os_map_willneed(const os_map *m, size_t off, size_t len);

@@ -41,6 +41,8 @@ int os_map_file(const char *path, os_map *out)
         }
         out->data = p;
         out->size_bytes = (size_t)st.st_size;
+        out->map_addr = p;
+        out->map_bytes = (size_t)st.st_size;
     }
     close(fd);   /* the mapping keeps the file open */
     return 0;
@@ -48,10 +50,71 @@ int os_map_file(const char *path, os_map *out)
 
 void os_unmap(os_map *m)
 {
-    if (m && m->data)
-        munmap((void *)m->data, m->size_bytes);
+    if (m && m->map_addr)
+        munmap(m->map_addr, m->map_bytes);
     if (m)
         memset(m, 0, sizeof *m);
+}
+
+int os_file_open(const char *path, os_file *out)
+{
+    struct stat st;
+    out->fd = -1;
+    out->size_bytes = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return rc_fail(RC_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return rc_fail(RC_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return rc_fail(RC_EIO, "%s: not a regular file", path);
+    }
+    out->fd = fd;
+    out->size_bytes = (uint64_t)st.st_size;
+    return 0;
+}
+
+void os_file_close(os_file *f)
+{
+    if (f && f->fd >= 0)
+        close(f->fd);
+    if (f)
+        f->fd = -1;
+}
+
+int os_file_map(const os_file *f, uint64_t off, uint64_t len, const char *what, os_map *out)
+{
+    memset(out, 0, sizeof *out);
+    if (len == 0)
+        return 0;
+    if (off > f->size_bytes || len > f->size_bytes - off)
+        return rc_fail(RC_EINVAL, "%s: bytes [%llu, %llu) lie outside the file of %llu bytes",
+                       what, (unsigned long long)off, (unsigned long long)(off + len),
+                       (unsigned long long)f->size_bytes);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t start = off & ~(page - 1), bytes = len + (off - start);
+    if ((size_t)bytes != bytes)
+        return rc_fail(RC_ENOMEM, "%s: %llu bytes do not fit the address space", what,
+                       (unsigned long long)bytes);
+    void *p = mmap(NULL, (size_t)bytes, PROT_READ, MAP_SHARED, f->fd, (off_t)start);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        if (e == ENOMEM)
+            return rc_fail(RC_ENOMEM, "%s: cannot map %.1f MB at byte %llu: out of memory "
+                           "(address space exhausted: %s)", what, (double)bytes / 1e6,
+                           (unsigned long long)start, strerror(e));
+        return rc_fail(RC_EIO, "%s: cannot map %llu bytes at byte %llu: %s", what,
+                       (unsigned long long)bytes, (unsigned long long)start, strerror(e));
+    }
+    out->data = (const uint8_t *)p + (off - start);
+    out->size_bytes = (size_t)len;
+    out->map_addr = p;
+    out->map_bytes = (size_t)bytes;
+    return 0;
 }
 
 void os_map_willneed(const os_map *m, size_t off, size_t len)

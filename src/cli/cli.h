@@ -19,12 +19,19 @@ int cmd_template(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_token(int argc, char **argv);
 int cmd_nodes(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 /* Prints "racimo: <msg>" for the current error detail and returns 1. */
 int cli_error(const char *what);
 
 /* Strict integer parsing: the whole string must be a number in [lo, hi]. */
 int cli_parse_int(const char *s, long lo, long hi, long *out);
+
+/* A byte size: a number (decimals allowed) and an optional unit: K, M, G,
+ * T, KiB..TiB (powers of 1024) or KB..TB (powers of 1000), any case, e.g.
+ * 8G, 512M, 1.5GiB, 2000000000.  Must be at least 1 byte and below 2^63.
+ * Returns 0, or -1 (the caller names the option in its message). */
+int cli_parse_size(const char *s, uint64_t *out);
 
 /* Parses "1,2,3" into a malloc'd array; returns count, or -1 with a message. */
 int cli_parse_ids(const char *s, int32_t **out);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_error(const char *what)
 {
@@ -23,6 +24,40 @@ int cli_parse_int(const char *s, long lo, long hi, long *out)
         return -1;
     *out = v;
     return 0;
+}
+
+int cli_parse_size(const char *s, uint64_t *out)
+{
+    static const struct { const char *unit; double mul; } units[] = {
+        { "", 1 }, { "b", 1 },
+        { "k", 1024.0 }, { "kib", 1024.0 }, { "kb", 1e3 },
+        { "m", 1048576.0 }, { "mib", 1048576.0 }, { "mb", 1e6 },
+        { "g", 1073741824.0 }, { "gib", 1073741824.0 }, { "gb", 1e9 },
+        { "t", 1099511627776.0 }, { "tib", 1099511627776.0 }, { "tb", 1e12 },
+    };
+    if (!s || !((*s >= '0' && *s <= '9') || *s == '.'))
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0))
+        return -1;
+    char unit[8];
+    size_t n = strlen(end);
+    if (n >= sizeof unit)
+        return -1;
+    for (size_t i = 0; i <= n; i++)
+        unit[i] = (char)(end[i] >= 'A' && end[i] <= 'Z' ? end[i] - 'A' + 'a' : end[i]);
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(unit, units[i].unit))
+            continue;
+        double b = v * units[i].mul;
+        if (!(b >= 1) || b >= 9.2e18)
+            return -1;
+        *out = (uint64_t)b;
+        return 0;
+    }
+    return -1;
 }
 
 int cli_parse_ids(const char *s, int32_t **out)

@@ -5,6 +5,8 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "cluster/cluster.h"
+#include "cluster/pipeline.h"
+#include "cluster/weights.h"
 
 #include <arpa/inet.h>
 
@@ -61,6 +63,11 @@ static void usage(FILE *f)
         "  --no-discovery          no multicast DNS (only --peer and nodes learnt from them)\n"
         "  --down-after MS         a node silent this long is marked down (default 3000)\n"
         "  --heartbeat MS          heartbeat interval (default 500)\n"
+        "  --max-memory SIZE       most memory this node offers to placement (e.g. 8G, 512M,\n"
+        "                          1.5GiB; default: all its free memory)\n"
+        "  --min-nodes N           split every model across at least N nodes (pipeline;\n"
+        "                          benchmarks and tests; default: only what does not fit)\n"
+        "  --pipeline-wire f16|f32 hidden states between pipeline stages (default f16)\n"
         "  --no-cluster            serve alone, with no cluster\n");
 }
 
@@ -89,6 +96,8 @@ int cmd_serve(int argc, char **argv)
     int n_peers = 0;
     bool no_cluster = false;
     struct cluster *cl = NULL;
+    pipeline *pipe = NULL;
+    weights *wts = NULL;
     char state_dir[600], models_dir[700], listen[64];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -182,6 +191,21 @@ int cmd_serve(int argc, char **argv)
             cc.advertise_host = val;
         } else if (!strcmp(a, "--name")) {
             cc.name = val;
+        } else if (!strcmp(a, "--max-memory")) {
+            if (cli_parse_size(val, &cc.max_memory)) {
+                fprintf(stderr, "racimo: serve: --max-memory: '%s' is not a size (examples: 8G, "
+                                "512M, 1.5GiB, 2000000000)\n", val);
+                goto out;
+            }
+        } else if (!strcmp(a, "--min-nodes")) {
+            if (want_int(a, val, 0, PIPELINE_MAX_STAGES, &v)) goto out;
+            cfg.min_nodes = (int)v;
+        } else if (!strcmp(a, "--pipeline-wire")) {
+            if (strcmp(val, "f16") && strcmp(val, "f32")) {
+                fprintf(stderr, "racimo: serve: --pipeline-wire takes f16 or f32, not '%s'\n", val);
+                goto out;
+            }
+            cfg.wire_f32 = !strcmp(val, "f32");
         } else if (!strcmp(a, "--down-after")) {
             if (want_int(a, val, 100, 600000, &v)) goto out;
             cc.down_after_ms = (int)v;
@@ -246,6 +270,15 @@ int cmd_serve(int argc, char **argv)
                             "racimo: to add a machine, run there:  racimo serve --host 0.0.0.0 "
                             "--join %s\n", state_dir, cluster_join_token(cl));
         cfg.cluster = cl;
+        if (cl && (pipeline_new(cl, cfg.threads, &pipe) ||
+                   weights_new(cl, cfg.models_dir ? cfg.models_dir : cluster_models_dir(cl),
+                               cfg.ro_dirs, &wts))) {
+            rc = cli_error("serve: pipeline");
+            goto out;
+        }
+        if (pipe)
+            pipeline_set_weights(pipe, wts);
+        cfg.pipeline = pipe;
     }
     api_server *s;
     if (api_server_new(&cfg, &s)) {
@@ -271,7 +304,10 @@ int cmd_serve(int argc, char **argv)
     rc = api_server_run(s) ? cli_error("serve") : 0;
     api_server_free(s);
 out:
-    cluster_free(cl);
+    pipeline_stop(pipe);    /* stages send through the cluster */
+    cluster_free(cl);       /* its thread calls into the pipeline and weights */
+    pipeline_free(pipe);
+    weights_free(wts);
     for (int i = 0; i < n_keys; i++)
         rc_free(keys[i]);
     rc_free(keys);

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -703,6 +704,7 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
         goto fail;
     cl__peers_load(c);
     cl__hw_probe(&c->hw);
+    c->hw.mem_max = cfg->max_memory;
     if (cfg->bench)
         cl__bench_cached(c->state_dir, &c->hw);
     c->models = cl__models_scan(c->models_dir, c->ro_dirs);
@@ -899,6 +901,41 @@ void cluster_set_serving(struct cluster *c, const char *const *names, int n)
     pthread_mutex_unlock(&c->mu);
     if (c->wake_ev)
         event_active(c->wake_ev, 0, 0);
+}
+
+static int model_in_dir(const char *dir, const char *name, char *out, size_t cap)
+{
+    struct stat st;
+    int n = snprintf(out, cap, "%s/%s.gguf", dir, name);
+    return n > 0 && (size_t)n < cap && !stat(out, &st) && S_ISREG(st.st_mode);
+}
+
+const char *cluster_models_dir(const struct cluster *c)
+{
+    return c->models_dir;
+}
+
+int cluster_model_path(const struct cluster *c, const char *name, char *out, size_t cap)
+{
+    if (!name || !*name || strchr(name, '/') || strstr(name, "..") || strlen(name) > 200)
+        return rc_fail(RC_EINVAL, "\"%s\" is not a model name", name ? name : "");
+    if (c->models_dir[0] && model_in_dir(c->models_dir, name, out, cap))
+        return 0;
+    for (const char *p = c->ro_dirs; p && *p;) {
+        size_t n = strcspn(p, ":");
+        char dir[1024];
+        if (n && n < sizeof dir) {
+            memcpy(dir, p, n);
+            dir[n] = 0;
+            if (model_in_dir(dir, name, out, cap))
+                return 0;
+        }
+        p += n;
+        if (*p == ':')
+            p++;
+    }
+    return rc_fail(RC_ENOTFOUND, "model %s is not on this node (looked in %s%s%s)", name,
+                   c->models_dir, c->ro_dirs ? " and " : "", c->ro_dirs ? c->ro_dirs : "");
 }
 
 int cluster_add_handler(struct cluster *c, int type_lo, int type_hi, cluster_msg_fn fn, void *ud)

@@ -50,6 +50,9 @@ typedef struct {
     const char *ro_dirs;          /* NULL: $RACIMO_MODELS_READ_ONLY_DIRS */
     int bench;                    /* 1 (default): measure bandwidth and matmul once and cache;
                                      0: skip (tests) */
+    uint64_t max_memory;          /* most bytes this node offers to placement, published
+                                     as hardware.mem_offer = min(mem_free, this); 0: all
+                                     free memory (racimo serve --max-memory) */
     int proto_major, proto_minor; /* 0: WIRE_PROTO_* (or $RACIMO_TEST_PROTOCOL "M.m",
                                      for tests); tests set others */
 } cluster_config;
@@ -125,6 +128,21 @@ int cluster_send(struct cluster *c, const char *to_id, int type, const void *dat
 /* Stops the thread (telling peers and the network goodbye) and frees
  * everything.  Accepts NULL and a cluster never started. */
 void cluster_free(struct cluster *c);
+
+/* The "hardware" object this machine would publish as a node (without a
+ * cluster): cores, memory, mem_offer under max_memory (0: none), and the
+ * self-benchmark cached in the state directory (dir as cluster_state_dir),
+ * measured and cached first when `bench` and absent.  NULL when out of
+ * memory.  For `racimo plan` with no cluster to ask. */
+json_t *cluster_local_hardware(const char *state_dir, uint64_t max_memory, bool bench);
+
+/* The local file of model `name` (NAME.gguf in the models folder, then in
+ * the read-only folders) into out.  RC_ENOTFOUND when this node has none,
+ * RC_EINVAL for a name that is not a plain file name. */
+int cluster_model_path(const struct cluster *c, const char *name, char *out, size_t cap);
+
+/* The models folder this node uses (valid until cluster_free). */
+const char *cluster_models_dir(const struct cluster *c);
 
 /* ---- the state directory, for `racimo token` and `racimo serve` ---- */
 

@@ -116,6 +116,7 @@ typedef struct {
     char simd[32], cpu[128];
     uint64_t mem_total, mem_free;
     double mem_bw, gflops;                    /* bytes/s, GFLOP/s; 0 until measured */
+    uint64_t mem_max;                         /* cluster_config.max_memory (0: none) */
 } cl_hw;
 
 struct cluster {

@@ -82,7 +82,21 @@ json_t *cl__hw_json(const cl_hw *h)
     json_object_set_new(o, "mem_bandwidth", h->mem_bw > 0 ? json_integer((json_int_t)h->mem_bw)
                                                           : json_null());
     json_object_set_new(o, "matmul_gflops", h->gflops > 0 ? json_real(h->gflops) : json_null());
+    /* what placement may use here: --max-memory caps it below what is free */
+    uint64_t offer = h->mem_max && h->mem_max < h->mem_free ? h->mem_max : h->mem_free;
+    json_object_set_new(o, "mem_offer", json_integer((json_int_t)offer));
     return o;
+}
+
+json_t *cluster_local_hardware(const char *state_dir, uint64_t max_memory, bool bench)
+{
+    char dir[512];
+    cl_hw h;
+    cl__hw_probe(&h);
+    h.mem_max = max_memory;
+    if (cluster_state_dir(state_dir, dir, sizeof dir) == 0 && !cl__bench_cached(dir, &h) && bench)
+        cl__bench_run(dir, &h);
+    return cl__hw_json(&h);
 }
 
 static void bench_path(const char *state_dir, char *out, size_t cap)

@@ -1,4 +1,5 @@
-/* engine.c - the continuous-batching scheduler over one stage.
+/* engine.c - the continuous-batching scheduler over an executor (exec.h):
+ * the local stage, or a pipeline of stages on several nodes.
  *
  * A slot is one sequence of the KV cache.  Its life: free (maybe holding a
  * finished conversation's tokens for prefix reuse) -> prefill (prompt rows
@@ -8,10 +9,17 @@
  * A row asks for logits only where a token must be sampled: a decode row, or
  * the last prompt row of a sequence.
  *
+ * With an executor of several groups (a pipeline), slot i belongs to group
+ * i % n_groups and each group has at most one batch in flight, so every
+ * stage is busy with some group's micro-batch.  A slot's result may arrive
+ * after the slot was cancelled and even given to a new request: rows carry
+ * the slot's epoch, and a stale result is dropped.
+ *
  * Locking: the queue and the counters are guarded by `mu`; slots are touched
  * only by the engine thread.
  */
 #include "engine.h"
+#include "exec.h"
 #include "stop.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -22,7 +30,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_LOGPROBS 20
+#define MAX_LOGPROBS EXEC_MAX_TOP
+/* how long a step waits for an executor's result before looking at the
+ * queue and cancellations again */
+#define COLLECT_WAIT_MS 50
 
 typedef struct {
     int id;
@@ -31,7 +42,9 @@ typedef struct {
     int n_tokens;
     int n_fed;               /* prompt tokens evaluated (cached ones included) */
     int32_t pending;         /* sampled token still to evaluate, or -1 */
-    sampler *smp;
+    uint32_t epoch;          /* bumped when a request takes the slot */
+    bool need_start;         /* the executor has not been told of this request */
+    uint64_t seed;
     stop_matcher *stop;
     tok_stream ts;
     gen_result res;
@@ -40,17 +53,26 @@ typedef struct {
     float top_lp[MAX_LOGPROBS];
 } slot;
 
+typedef struct {
+    bool in_flight;
+    int n_out;
+    int *out_slot;           /* [n_seq] slot of each sampled row */
+    uint32_t *out_epoch;     /* [n_seq] its epoch when sent */
+} group;
+
 struct engine {
-    const model *m;
+    const model *m;          /* NULL for a pipeline */
     const tokenizer *tok;
+    int n_vocab;
     engine_params p;
-    stage *st;
+    stage *st;               /* local executor's stage, or NULL */
+    engine_exec *x;
+    group *groups;
     slot *slots;
-    /* one batch */
+    /* the batch being built */
     int32_t *b_tok, *b_pos, *b_seq;
     int8_t *b_want;
-    int *out_slot;           /* [n_seq] slot of each logits row */
-    float *logits;           /* [n_seq][n_vocab] */
+    exec_start *starts;      /* [n_seq] */
     char *text;              /* stream decoder output */
     size_t text_cap;
     uint64_t clock;
@@ -67,56 +89,100 @@ const char *gen_finish_name(int finish)
     return finish >= 0 && finish <= GEN_ERROR ? names[finish] : "unknown";
 }
 
-int engine_new(const model *m, const tokenizer *tok, const engine_params *p, engine **out)
+static int engine_init(engine *e, const tokenizer *tok, int n_vocab, const engine_params *p)
 {
-    *out = NULL;
-    if (m->first != 0 || m->last != m->hp.n_layer)
-        return rc_fail(RC_EINVAL, "an engine needs the whole model, not layers [%d, %d)",
-                       m->first, m->last);
-    if (p->n_seq <= 0 || p->n_ctx <= 0 || p->n_batch <= 0)
-        return rc_fail(RC_EINVAL, "engine: sequences, context and batch must be positive");
-    engine *e = rc_calloc(1, sizeof *e);
-    if (!e)
-        return rc_fail(RC_ENOMEM, "out of memory creating an engine");
-    e->m = m;
     e->tok = tok;
+    e->n_vocab = n_vocab;
     e->p = *p;
     pthread_mutex_init(&e->mu, NULL);
-    int rc;
-    stage_params sp = { .n_ctx = p->n_ctx, .n_seq = p->n_seq, .n_batch = p->n_batch,
-                        .n_threads = p->n_threads, .precision = p->precision };
-    if ((rc = stage_new(m, &sp, &e->st)))
-        goto fail;
-    const size_t V = (size_t)m->hp.n_vocab, B = (size_t)p->n_batch, S = (size_t)p->n_seq;
+    const size_t B = (size_t)p->n_batch, S = (size_t)p->n_seq;
     e->text_cap = TOK_STREAM_OUT_MAX(tok);
     e->slots = rc_calloc(S, sizeof *e->slots);
     e->b_tok = rc_calloc(B, sizeof(int32_t));
     e->b_pos = rc_calloc(B, sizeof(int32_t));
     e->b_seq = rc_calloc(B, sizeof(int32_t));
     e->b_want = rc_calloc(B, 1);
-    e->out_slot = rc_calloc(S, sizeof(int));
-    e->logits = rc_calloc(S * V, sizeof(float));
+    e->starts = rc_calloc(S, sizeof *e->starts);
     e->text = rc_malloc(e->text_cap);
-    if (!e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->out_slot ||
-        !e->logits || !e->text) {
-        rc = rc_fail(RC_ENOMEM, "out of memory for the engine's buffers");
-        goto fail;
-    }
+    if (!e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->starts ||
+        !e->text)
+        return rc_fail(RC_ENOMEM, "out of memory for the engine's buffers");
     for (int i = 0; i < p->n_seq; i++) {
         e->slots[i].id = i;
         e->slots[i].pending = -1;
-        if (!(e->slots[i].tokens = rc_calloc((size_t)p->n_ctx, sizeof(int32_t)))) {
-            rc = rc_fail(RC_ENOMEM, "out of memory for the engine's slots");
-            goto fail;
-        }
+        if (!(e->slots[i].tokens = rc_calloc((size_t)p->n_ctx, sizeof(int32_t))))
+            return rc_fail(RC_ENOMEM, "out of memory for the engine's slots");
     }
     e->stats.n_slots = p->n_seq;
     e->stats.kv_total = p->n_ctx * p->n_seq;
+    return 0;
+}
+
+static int engine_groups(engine *e)
+{
+    int G = e->x->n_groups;
+    if (!(e->groups = rc_calloc((size_t)G, sizeof *e->groups)))
+        return rc_fail(RC_ENOMEM, "out of memory for the engine's groups");
+    for (int g = 0; g < G; g++)
+        if (!(e->groups[g].out_slot = rc_calloc((size_t)e->p.n_seq, sizeof(int))) ||
+            !(e->groups[g].out_epoch = rc_calloc((size_t)e->p.n_seq, sizeof(uint32_t))))
+            return rc_fail(RC_ENOMEM, "out of memory for the engine's groups");
+    return 0;
+}
+
+static int check_params(const engine_params *p)
+{
+    if (p->n_seq <= 0 || p->n_ctx <= 0 || p->n_batch <= 0)
+        return rc_fail(RC_EINVAL, "engine: sequences, context and batch must be positive");
+    return 0;
+}
+
+int engine_new(const model *m, const tokenizer *tok, const engine_params *p, engine **out)
+{
+    *out = NULL;
+    if (m->first != 0 || m->last != m->hp.n_layer)
+        return rc_fail(RC_EINVAL, "an engine needs the whole model, not layers [%d, %d)",
+                       m->first, m->last);
+    int rc = check_params(p);
+    if (rc)
+        return rc;
+    engine *e = rc_calloc(1, sizeof *e);
+    if (!e)
+        return rc_fail(RC_ENOMEM, "out of memory creating an engine");
+    e->m = m;
+    stage_params sp = { .n_ctx = p->n_ctx, .n_seq = p->n_seq, .n_batch = p->n_batch,
+                        .n_threads = p->n_threads, .precision = p->precision };
+    if ((rc = engine_init(e, tok, m->hp.n_vocab, p)) || (rc = stage_new(m, &sp, &e->st)) ||
+        (rc = exec_local_new(e->st, p->n_seq, &e->x)) || (rc = engine_groups(e)))
+        goto fail;
     *out = e;
     return 0;
 fail:
     engine_free(e);
     return rc;
+}
+
+int engine_new_exec(engine_exec *x, const tokenizer *tok, int n_vocab, const engine_params *p,
+                    engine **out)
+{
+    *out = NULL;
+    int rc = check_params(p);
+    if (rc) {
+        x->free(x);
+        return rc;
+    }
+    engine *e = rc_calloc(1, sizeof *e);
+    if (!e) {
+        x->free(x);
+        return rc_fail(RC_ENOMEM, "out of memory creating an engine");
+    }
+    e->x = x;
+    if ((rc = engine_init(e, tok, n_vocab, p)) || (rc = engine_groups(e))) {
+        engine_free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
 }
 
 static void finish(engine *e, slot *s, int reason, const char *error);
@@ -136,10 +202,18 @@ void engine_free(engine *e)
         gen_result res = { .finish = GEN_CANCELLED, .n_prompt = r->n_prompt };
         r->on_done(r, &res);
     }
+    if (e->groups && e->x)
+        for (int g = 0; g < e->x->n_groups; g++) {
+            rc_free(e->groups[g].out_slot);
+            rc_free(e->groups[g].out_epoch);
+        }
+    rc_free(e->groups);
+    if (e->x)
+        e->x->free(e->x);
     stage_free(e->st);
     rc_free(e->slots);
     rc_free(e->b_tok); rc_free(e->b_pos); rc_free(e->b_seq); rc_free(e->b_want);
-    rc_free(e->out_slot); rc_free(e->logits); rc_free(e->text);
+    rc_free(e->starts); rc_free(e->text);
     pthread_mutex_destroy(&e->mu);
     rc_free(e);
 }
@@ -153,9 +227,9 @@ int engine_submit(engine *e, gen_request *r)
                        "leaving room for one generated token)",
                        r->n_prompt, e->p.n_ctx, r->n_prompt - e->p.n_ctx + 1);
     for (int i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= e->m->hp.n_vocab)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
             return rc_fail(RC_EINVAL, "prompt token %d has id %d, outside the vocabulary of %d",
-                           i, r->prompt[i], e->m->hp.n_vocab);
+                           i, r->prompt[i], e->n_vocab);
     if (r->n_logprobs < 0 || r->n_logprobs > MAX_LOGPROBS)
         return rc_fail(RC_EINVAL, "top logprobs must be between 0 and %d", MAX_LOGPROBS);
     pthread_mutex_lock(&e->mu);
@@ -176,7 +250,18 @@ int engine_submit(engine *e, gen_request *r)
     e->n_queued++;
     e->stats.n_queued = e->n_queued;
     pthread_mutex_unlock(&e->mu);
+    e->x->wake(e->x);
     return 0;
+}
+
+void engine_wake(engine *e)
+{
+    e->x->wake(e->x);
+}
+
+bool engine_broken(engine *e)
+{
+    return e->x->broken && e->x->broken(e->x);
 }
 
 static void emit(slot *s, const char *text, size_t len)
@@ -224,11 +309,10 @@ static void finish(engine *e, slot *s, int reason, const char *error)
     } else {
         s->res.t_prompt_s = (double)(now - s->t_start) * 1e-9;
     }
-    s->res.seed = s->smp ? sampler_seed(s->smp) : 0;
-    sampler_free(s->smp);
+    s->res.seed = s->seed;
     stop_free(s->stop);
-    s->smp = NULL;
     s->stop = NULL;
+    s->need_start = false;
     s->req = NULL;
     s->pending = -1;
     s->last_used = ++e->clock;
@@ -276,7 +360,6 @@ static void admit(engine *e)
         /* Keep the shared prefix but always evaluate the prompt's last token:
          * its logits give the first generated token. */
         int keep = best_len < r->n_prompt ? best_len : r->n_prompt - 1;
-        stage_seq_truncate(e->st, best->id, keep);
         best->n_tokens = keep;
         best->n_fed = keep;
         best->pending = -1;
@@ -290,17 +373,14 @@ static void admit(engine *e)
         e->stats.n_active++;
         e->stats.tokens_prompt += (uint64_t)(r->n_prompt - keep);
         e->stats.tokens_cached += (uint64_t)keep;
-        best->smp = NULL;
         best->stop = NULL;
+        best->epoch++;
+        best->seed = sampler_resolve_seed(r->sampling.seed);
+        best->need_start = true;
         pthread_mutex_unlock(&e->mu);
-        int rc = sampler_new(&r->sampling, e->m->hp.n_vocab, &best->smp);
-        if (!rc && r->n_stops > 0)
-            rc = stop_new(r->stops, r->n_stops, &best->stop);
-        if (rc) {
+        int rc = r->n_stops > 0 ? stop_new(r->stops, r->n_stops, &best->stop) : 0;
+        if (rc)
             finish(e, best, GEN_ERROR, rc_errmsg());
-        } else {
-            sampler_accept_prompt(best->smp, r->prompt, r->n_prompt);
-        }
         pthread_mutex_lock(&e->mu);
     }
     e->stats.n_queued = e->n_queued;
@@ -308,25 +388,23 @@ static void admit(engine *e)
 }
 
 /* Handles one sampled token of a slot; returns 1 when the slot finished. */
-static int accept_token(engine *e, slot *s, float *logits)
+static int accept_token(engine *e, slot *s, const exec_sampled *x)
 {
     gen_request *r = s->req;
-    int32_t t = sampler_sample(s->smp, logits);
+    int32_t t = x->token;
     if (t < 0) {
         finish(e, s, GEN_ERROR, "every token is banned by logit_bias");
         return 1;
     }
-    sampler_accept(s->smp, t);
+    if (t >= e->n_vocab) {
+        finish(e, s, GEN_ERROR, "the last stage sent a token outside the vocabulary");
+        return 1;
+    }
     if (!s->t_prompt_done)
         s->t_prompt_done = os_now_ns();
     if (r->on_token) {
-        gen_token gt = { .id = t };
-        if (r->n_logprobs > 0 || r->on_token) {
-            sampler_logprobs(s->smp, logits, t, r->n_logprobs, s->top_ids, s->top_lp, &gt.logprob);
-            gt.n_top = r->n_logprobs;
-            gt.top_ids = s->top_ids;
-            gt.top_logprobs = s->top_lp;
-        }
+        gen_token gt = { .id = t, .logprob = x->logprob, .n_top = x->n_top,
+                         .top_ids = x->top_ids, .top_logprobs = x->top_lp };
         r->on_token(r, &gt);
     }
     if (!r->ignore_eos && tok_is_eog(e->tok, t)) {
@@ -347,19 +425,31 @@ static int accept_token(engine *e, slot *s, float *logits)
     return 0;
 }
 
-int engine_step(engine *e)
+/* Fails every request of a group whose batch was lost: what the stages
+ * hold for them is unknown, so their caches are forgotten too. */
+static void fail_group(engine *e, int g, const char *why)
 {
-    int n = 0, n_out = 0;
-    const int B = e->p.n_batch;
-    /* Cancelled requests end here, before any more work is spent on them,
-     * and before admitting, so their slots go to waiting requests now. */
-    for (int i = 0; i < e->p.n_seq; i++) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "forward pass failed: %s", why);
+    rc_log(LOG_ERROR, "%s", msg);
+    for (int i = g; i < e->p.n_seq; i += e->x->n_groups) {
         slot *s = &e->slots[i];
-        if (s->req && atomic_load(&s->req->cancel))
-            finish(e, s, GEN_CANCELLED, NULL);
+        s->n_tokens = 0;
+        s->epoch++;
+        if (s->req)
+            finish(e, s, GEN_ERROR, msg);
+        s->n_tokens = 0;
     }
-    admit(e);
-    for (int i = 0; i < e->p.n_seq && n < B; i++) {
+}
+
+/* Builds and submits the next batch of group g; 1 if one was sent. */
+static int submit_group(engine *e, int g)
+{
+    group *gr = &e->groups[g];
+    const int B = e->p.n_batch, G = e->x->n_groups;
+    int n = 0, n_starts = 0;
+    gr->n_out = 0;
+    for (int i = g; i < e->p.n_seq && n < B; i += G) {
         slot *s = &e->slots[i];
         if (!s->req || s->pending < 0)
             continue;
@@ -373,13 +463,26 @@ int engine_step(engine *e)
         e->b_want[n] = 1;
         s->tokens[s->n_tokens++] = s->pending;
         s->pending = -1;
-        e->out_slot[n_out++] = s->id;
+        gr->out_slot[gr->n_out] = s->id;
+        gr->out_epoch[gr->n_out++] = s->epoch;
         n++;
     }
-    for (int i = 0; i < e->p.n_seq && n < B; i++) {
+    for (int i = g; i < e->p.n_seq && n < B; i += G) {
         slot *s = &e->slots[i];
         if (!s->req || s->n_fed >= s->req->n_prompt)
             continue;
+        if (s->need_start) {
+            gen_request *r = s->req;
+            exec_start *st = &e->starts[n_starts++];
+            st->seq = s->id;
+            st->keep = s->n_fed;
+            st->sp = r->sampling;
+            st->sp.seed = s->seed;
+            st->prompt = r->prompt;
+            st->n_prompt = r->n_prompt;
+            st->n_logprobs = r->n_logprobs;
+            s->need_start = false;
+        }
         int chunk = s->req->n_prompt - s->n_fed;
         if (chunk > B - n)
             chunk = B - n;
@@ -391,34 +494,81 @@ int engine_step(engine *e)
             s->tokens[s->n_tokens++] = t;
             s->n_fed++;
             e->b_want[n] = s->n_fed == s->req->n_prompt;
-            if (e->b_want[n])
-                e->out_slot[n_out++] = s->id;
+            if (e->b_want[n]) {
+                gr->out_slot[gr->n_out] = s->id;
+                gr->out_epoch[gr->n_out++] = s->epoch;
+            }
             n++;
         }
     }
     if (n == 0)
         return 0;
-    stage_batch b = { .n_rows = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq,
-                      .logits = e->b_want };
-    int got = 0;
-    if (stage_forward(e->st, &b, NULL, e->logits, &got) || got != n_out) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "forward pass failed: %s", rc_errmsg());
-        rc_log(LOG_ERROR, "%s", msg);
-        for (int i = 0; i < e->p.n_seq; i++)
-            if (e->slots[i].req) {
-                stage_seq_truncate(e->st, i, 0);
-                e->slots[i].n_tokens = 0;
-                finish(e, &e->slots[i], GEN_ERROR, msg);
-            }
-        return RC_ESTATE;
+    exec_batch b = { .group = g, .n_starts = n_starts, .starts = e->starts,
+                     .rows = { .n_rows = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq,
+                               .logits = e->b_want } };
+    gr->in_flight = true;
+    if (e->x->submit(e->x, &b)) {
+        gr->in_flight = false;
+        fail_group(e, g, rc_errmsg());
     }
-    const size_t V = (size_t)e->m->hp.n_vocab;
-    for (int k = 0; k < n_out; k++) {
-        slot *s = &e->slots[e->out_slot[k]];
+    return 1;
+}
+
+/* Takes one group's result; 1 if one came, 0 if none did in time. */
+static int take_result(engine *e, int timeout_ms)
+{
+    int g = -1, n = 0;
+    const exec_sampled *rows = NULL;
+    int rc = e->x->collect(e->x, timeout_ms, &g, &rows, &n);
+    if (rc == 0)
+        return 0;
+    if (g < 0 || g >= e->x->n_groups || !e->groups[g].in_flight)
+        return 0;   /* an executor bug; nothing sane to do with it */
+    group *gr = &e->groups[g];
+    gr->in_flight = false;
+    if (rc < 0) {
+        fail_group(e, g, rc_errmsg());
+        return 1;
+    }
+    if (n != gr->n_out) {
+        char why[128];
+        snprintf(why, sizeof why, "%d sampled rows came back, %d were asked for", n, gr->n_out);
+        fail_group(e, g, why);
+        return 1;
+    }
+    for (int k = 0; k < n; k++) {
+        slot *s = &e->slots[gr->out_slot[k]];
+        if (s->epoch != gr->out_epoch[k])
+            continue;                        /* the slot went to another request */
         if (s->req)
-            accept_token(e, s, e->logits + (size_t)k * V);
+            accept_token(e, s, &rows[k]);
     }
+    return 1;
+}
+
+int engine_step(engine *e)
+{
+    const int G = e->x->n_groups;
+    /* Cancelled requests end here, before any more work is spent on them,
+     * and before admitting, so their slots go to waiting requests now. */
+    for (int i = 0; i < e->p.n_seq; i++) {
+        slot *s = &e->slots[i];
+        if (s->req && atomic_load(&s->req->cancel))
+            finish(e, s, GEN_CANCELLED, NULL);
+    }
+    admit(e);
+    int sent = 0, flying = 0;
+    for (int g = 0; g < G; g++)
+        if (!e->groups[g].in_flight)
+            sent += submit_group(e, g);
+    for (int g = 0; g < G; g++)
+        flying += e->groups[g].in_flight;
+    if (!sent && !flying)
+        return 0;
+    /* One result at least (the local executor has it already); then
+     * whatever else is ready, without waiting. */
+    if (flying && take_result(e, COLLECT_WAIT_MS))
+        while (take_result(e, 0)) {}
     pthread_mutex_lock(&e->mu);
     int used = 0;
     for (int i = 0; i < e->p.n_seq; i++)

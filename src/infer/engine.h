@@ -93,6 +93,11 @@ typedef struct engine engine;
 /* Builds an engine over a whole model (first == 0, last == n_layer) and its
  * tokenizer; both must outlive it. */
 int  engine_new(const model *m, const tokenizer *tok, const engine_params *p, engine **out);
+/* Builds an engine over an executor (exec.h; a pipeline across nodes), of
+ * which it takes ownership (also on failure). */
+struct engine_exec;
+int  engine_new_exec(struct engine_exec *x, const tokenizer *tok, int n_vocab,
+                     const engine_params *p, engine **out);
 void engine_free(engine *e);                     /* accepts NULL; pending
                                                     requests get on_done
                                                     with GEN_CANCELLED */
@@ -107,6 +112,14 @@ int engine_submit(engine *e, gen_request *r);
  * GEN_ERROR).  Call from one thread only. */
 int engine_step(engine *e);
 
+/* Makes a step that waits for an executor's result look at the queue and
+ * the cancel flags now (any thread). */
+void engine_wake(engine *e);
+
+/* Whether the executor broke for good (a pipeline lost a stage's node):
+ * the model must be placed again.  Any thread. */
+bool engine_broken(engine *e);
+
 /* Runs steps until no request is queued or active (for the CLI). */
 int engine_run_until_idle(engine *e);
 
@@ -119,6 +132,6 @@ typedef struct {
 void engine_get_stats(engine *e, engine_stats *st);
 
 const tokenizer *engine_tokenizer(const engine *e);
-const model *engine_model(const engine *e);
+const model *engine_model(const engine *e);   /* NULL for a pipeline */
 
 #endif

@@ -25,7 +25,9 @@ int lm_open(lm *l, const char *path, bool weights, const char *template_override
 {
     int rc;
     memset(l, 0, sizeof *l);
-    if ((rc = gguf_open(path, &l->file)))
+    /* Without weights only the head of the file is mapped (a pipeline's
+     * head node may not have room for the rest). */
+    if ((rc = weights ? gguf_open(path, &l->file) : gguf_open_meta(path, &l->file)))
         return rc;
     if ((rc = tok_load(l->file, &l->tok))) {
         rc_wrap(rc, "%s: ", path);

@@ -20,6 +20,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -77,6 +78,12 @@ static uint64_t seed_from_clock(const void *salt)
     z = mix64(z ^ os_now_ns());
     z = mix64(z ^ (uint64_t)(uintptr_t)salt);
     return z ? z : 1;
+}
+
+uint64_t sampler_resolve_seed(uint64_t seed)
+{
+    static _Atomic uint64_t salt;
+    return seed ? seed : seed_from_clock((const void *)(uintptr_t)++salt);
 }
 
 static int check_params(const sampler_params *p, int n_vocab)

@@ -68,6 +68,10 @@ void sampler_free(sampler *s);                   /* accepts NULL */
  * (never 0, so passing it back as p->seed reproduces the run). */
 uint64_t sampler_seed(const sampler *s);
 
+/* `seed`, or for 0 the seed a sampler would choose (for a sampler made on
+ * another node, whose seed the requester must report). */
+uint64_t sampler_resolve_seed(uint64_t seed);
+
 /* Records prompt tokens: they enter the repeat window only.  Ids outside
  * the vocabulary are ignored. */
 void sampler_accept_prompt(sampler *s, const int32_t *tokens, int n_tokens);

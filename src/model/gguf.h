@@ -8,6 +8,11 @@
  * and a failure's detail (rc_errmsg) names the file, the byte offset and the
  * problem.  gguf_parse does the same on a buffer (for the fuzzer and tests).
  *
+ * gguf_open_meta maps only the file's head (header, metadata, tensor infos),
+ * so that a node serving a few layers of a large model spends address space
+ * and memory on those layers only; gguf_map_tensors then maps the data of
+ * the tensors it needs, one mapping per run of nearby tensors.
+ *
  * Strings in the file are not NUL-terminated; values give pointer + length
  * into the mapping.  Keys and tensor names are copied into NUL-terminated
  * strings (there are few of them); string arrays (tokenizer vocabularies,
@@ -69,7 +74,8 @@ typedef struct {
     uint32_t    type;              /* enum tensor_type */
     uint64_t    offset;            /* from the start of the data section */
     uint64_t    size_bytes;
-    const void *data;              /* into the mapping */
+    const void *data;              /* into a mapping; NULL after gguf_open_meta
+                                      until gguf_map_tensors maps it */
     uint64_t    file_offset;       /* absolute offset of the data in the file */
 } gguf_tensor;
 
@@ -82,9 +88,12 @@ typedef struct gguf_file {
     gguf_tensor *tensors;
     uint64_t    alignment;
     uint64_t    data_offset;       /* start of the tensor data section */
-    const uint8_t *base;           /* whole file bytes */
-    uint64_t    size_bytes;
-    void       *map_handle;        /* owned mapping (NULL for gguf_parse) */
+    const uint8_t *base;           /* the file's bytes from 0: all of them after
+                                      gguf_open, gguf_parse and a gguf_map_tensors
+                                      that mapped every tensor; only the head
+                                      [0, data_offset) after gguf_open_meta */
+    uint64_t    size_bytes;        /* of the whole file */
+    void       *map_handle;        /* owned mappings (NULL for gguf_parse) */
     /* Private to gguf_read.c: keys and tensor names sorted, for look-up. */
     struct gguf__index *kv_index;
     struct gguf__index *tensor_index;
@@ -114,6 +123,25 @@ int gguf_open(const char *path, gguf_file **out);
  * (nothing is copied but keys and tensor names).  `name` is used in
  * messages (NULL: "<memory>").  Errors as gguf_open, without RC_EIO. */
 int gguf_parse(const uint8_t *data, size_t size, const char *name, gguf_file **out);
+
+/* Like gguf_open (same checks, same errors, same messages) but maps only
+ * the head of the file, growing the mapping while the parse needs more: every
+ * tensor's `data` is NULL until gguf_map_tensors.  The file stays open for
+ * that.  Thread safe. */
+int gguf_open_meta(const char *path, gguf_file **out);
+
+/* Tensors closer than this share one mapping (fewer mappings, a few unused
+ * pages mapped). */
+#define GGUF_MAP_MERGE_GAP (1u << 20)
+
+/* Maps the data of the tensors with need[i] set (need has n_tensors
+ * entries) that are not mapped yet, one page-aligned mapping per run of
+ * tensors less than GGUF_MAP_MERGE_GAP apart, and sets their `data`.  When
+ * every tensor is needed the whole file is mapped once and `base` then
+ * covers it.  A file from gguf_open or gguf_parse has everything mapped
+ * already (0).  RC_ENOMEM when the address space is exhausted, RC_EIO;
+ * the detail names the file.  Not thread safe on one file. */
+int gguf_map_tensors(gguf_file *f, const bool *need);
 
 void gguf_close(gguf_file *f);     /* accepts NULL and half-built files */
 

@@ -23,4 +23,8 @@ enum {
  * from tensor_row_bytes, called only once they are known not to overflow. */
 int gguf__tensor_bytes(uint32_t type, const int64_t ne[GGUF_MAX_DIMS], uint64_t *bytes);
 
+/* Bytes gguf_open_meta maps first (it doubles them while the head needs
+ * more); tests lower it to make the regrowth happen on small files. */
+extern size_t gguf__meta_initial_bytes;
+
 #endif

@@ -55,9 +55,17 @@ struct gguf__index {
 
 /* ---- cursor and errors ---- */
 
+/* A parse sees the file as `size` bytes of which the first `avail` are in
+ * memory at base.  Every check is made against `size`, so a parse of the
+ * head alone (gguf_open_meta) fails exactly as a parse of the whole file
+ * would; a read past `avail` stops the parse with NEED_MORE and `need` set
+ * to the bytes it wanted, and the caller maps more and parses again. */
+#define NEED_MORE 1
+
 typedef struct {
     const uint8_t *base;
     uint64_t size, pos;
+    uint64_t avail, need;
     const char *name;       /* file name, for messages */
     char subject[160];      /* what is being read: "header", "key 'x'" */
 } cursor;
@@ -102,6 +110,10 @@ static int take(cursor *c, uint64_t n, const char *what, const uint8_t **p)
         return fail(c, RC_EFORMAT, c->pos,
                     "truncated: %s needs %llu bytes but only %llu remain",
                     what, (ull)n, (ull)remaining(c));
+    if (n > c->avail - c->pos) {
+        c->need = c->pos + n;
+        return NEED_MORE;
+    }
     *p = c->base ? c->base + c->pos : NULL;
     c->pos += n;
     return 0;
@@ -515,7 +527,7 @@ static int place_tensors(cursor *c, gguf_file *f, const uint64_t *pos)
                         (ull)t->size_bytes, (ull)t->offset, (ull)f->data_offset,
                         (ull)f->size_bytes);
         t->file_offset = start;
-        t->data = f->base ? f->base + start : NULL;
+        t->data = f->base && end <= c->avail ? f->base + start : NULL;
     }
     if (f->n_tensors < 2)
         return 0;
@@ -661,10 +673,13 @@ static int parse_body(cursor *c, gguf_file *f, uint64_t **kv_pos, uint64_t **t_p
     return place_tensors(c, f, *t_pos);
 }
 
-int gguf_parse(const uint8_t *data, size_t size, const char *name, gguf_file **out)
+/* Parses a file of `size` bytes whose first `avail` are at `data`; NEED_MORE
+ * with *need set when the head reaches past avail. */
+static int parse_image(const uint8_t *data, uint64_t avail, uint64_t size, const char *name,
+                       gguf_file **out, uint64_t *need)
 {
     uint64_t *kv_pos = NULL, *t_pos = NULL;
-    cursor c = { .base = data, .size = size, .pos = 0 };
+    cursor c = { .base = data, .size = size, .avail = avail, .pos = 0 };
     int rc;
     *out = NULL;
     c.name = name ? name : "<memory>";
@@ -683,34 +698,183 @@ int gguf_parse(const uint8_t *data, size_t size, const char *name, gguf_file **o
     rc_free(t_pos);
     if (rc) {
         gguf_close(f);
+        *need = c.need;
         return rc;
     }
     *out = f;
     return 0;
 }
 
+int gguf_parse(const uint8_t *data, size_t size, const char *name, gguf_file **out)
+{
+    uint64_t need;
+    return parse_image(data, size, size, name, out, &need);
+}
+
+/* What map_handle owns: the open file, the head (or whole-file) mapping,
+ * and one mapping per run of tensor data. */
+struct gguf__maps {
+    os_file file;
+    os_map  head;
+    os_map  whole;        /* when every tensor was asked for */
+    os_map *runs;
+    size_t  n_runs;
+};
+
+static void maps_free(struct gguf__maps *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n_runs; i++)
+        os_unmap(&m->runs[i]);
+    rc_free(m->runs);
+    os_unmap(&m->whole);
+    os_unmap(&m->head);
+    os_file_close(&m->file);
+    rc_free(m);
+}
+
 int gguf_open(const char *path, gguf_file **out)
 {
-    os_map m;
     gguf_file *f;
+    uint64_t need;
     int rc;
     *out = NULL;
-    if ((rc = os_map_file(path, &m)))
-        return rc;
-    if ((rc = gguf_parse(m.data, m.size_bytes, path, &f))) {
-        os_unmap(&m);
-        return rc;
-    }
-    os_map *h = rc_malloc(sizeof *h);
-    if (!h) {
-        gguf_close(f);
-        os_unmap(&m);
+    struct gguf__maps *h = rc_calloc(1, sizeof *h);
+    if (!h)
         return rc_fail(RC_ENOMEM, "%s: at byte 0: out of memory", path);
+    h->file.fd = -1;
+    if ((rc = os_map_file(path, &h->head))) {
+        maps_free(h);
+        return rc;
     }
-    *h = m;
+    if ((rc = parse_image(h->head.data, h->head.size_bytes, h->head.size_bytes, path, &f,
+                          &need))) {
+        maps_free(h);
+        return rc;
+    }
     f->map_handle = h;
     *out = f;
     return 0;
+}
+
+size_t gguf__meta_initial_bytes = 1u << 20;
+
+int gguf_open_meta(const char *path, gguf_file **out)
+{
+    gguf_file *f = NULL;
+    int rc;
+    *out = NULL;
+    struct gguf__maps *h = rc_calloc(1, sizeof *h);
+    if (!h)
+        return rc_fail(RC_ENOMEM, "%s: at byte 0: out of memory", path);
+    if ((rc = os_file_open(path, &h->file))) {
+        rc_free(h);
+        return rc;
+    }
+    const uint64_t size = h->file.size_bytes;
+    uint64_t len = gguf__meta_initial_bytes ? gguf__meta_initial_bytes : 1;
+    for (;;) {
+        uint64_t need = 0;
+        if (len > size)
+            len = size;
+        if ((rc = os_file_map(&h->file, 0, len, path, &h->head)))
+            break;
+        rc = parse_image(h->head.data, len, size, path, &f, &need);
+        if (rc != NEED_MORE)
+            break;
+        /* The parse checks every length against the file size first, so
+         * need <= size and this ends. */
+        os_unmap(&h->head);
+        len = need > len * 2 ? need : len * 2;
+    }
+    if (rc) {
+        maps_free(h);
+        return rc;
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        f->tensors[i].data = NULL;
+    f->map_handle = h;
+    *out = f;
+    return 0;
+}
+
+typedef struct { uint64_t start, end, i; } extent;
+
+static int cmp_extent(const void *a, const void *b)
+{
+    const extent *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+int gguf_map_tensors(gguf_file *f, const bool *need)
+{
+    struct gguf__maps *h = f->map_handle;
+    if (!h || h->file.fd < 0 || h->whole.data)
+        return 0;                         /* everything is mapped already */
+    uint64_t n = 0, n_want = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        n_want += need[i] != 0;
+        n += need[i] && !f->tensors[i].data;
+    }
+    if (n == 0)
+        return 0;
+    int rc;
+    if (n_want == f->n_tensors && h->n_runs == 0) {
+        if ((rc = os_file_map(&h->file, 0, f->size_bytes, f->path, &h->whole)))
+            return rc;
+        f->base = h->whole.data;
+        for (uint64_t i = 0; i < f->n_tensors; i++)
+            f->tensors[i].data = f->base + f->tensors[i].file_offset;
+        return 0;
+    }
+    extent *e = rc_calloc((size_t)n, sizeof *e);
+    if (!e)
+        return rc_fail(RC_ENOMEM, "%s: out of memory mapping tensors", f->path);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (need[i] && !f->tensors[i].data)
+            e[k++] = (extent){ f->tensors[i].file_offset,
+                               f->tensors[i].file_offset + f->tensors[i].size_bytes, i };
+    qsort(e, (size_t)n, sizeof *e, cmp_extent);
+    uint64_t n_runs = 0;
+    for (uint64_t a = 0; a < n; ) {
+        uint64_t b = a + 1, end = e[a].end;
+        while (b < n && e[b].start < end + GGUF_MAP_MERGE_GAP) {
+            end = e[b].end > end ? e[b].end : end;
+            b++;
+        }
+        n_runs++;
+        a = b;
+    }
+    os_map *runs = rc_realloc(h->runs, (size_t)(h->n_runs + n_runs) * sizeof *runs);
+    if (!runs) {
+        rc_free(e);
+        return rc_fail(RC_ENOMEM, "%s: out of memory mapping tensors", f->path);
+    }
+    h->runs = runs;
+    rc = 0;
+    for (uint64_t a = 0; a < n && !rc; ) {
+        uint64_t b = a + 1, end = e[a].end;
+        while (b < n && e[b].start < end + GGUF_MAP_MERGE_GAP) {
+            end = e[b].end > end ? e[b].end : end;
+            b++;
+        }
+        os_map *m = &h->runs[h->n_runs];
+        if (end == e[a].start) {          /* only empty tensors: point at the head */
+            for (uint64_t j = a; j < b; j++)
+                f->tensors[e[j].i].data = f->base;
+        } else if ((rc = os_file_map(&h->file, e[a].start, end - e[a].start, f->path, m)) == 0) {
+            h->n_runs++;
+            for (uint64_t j = a; j < b; j++)
+                f->tensors[e[j].i].data = m->data + (e[j].start - e[a].start);
+        } else {
+            rc_wrap(rc, "mapping the data of tensor '%s': ", f->tensors[e[a].i].name);
+        }
+        a = b;
+    }
+    rc_free(e);
+    return rc;
 }
 
 void gguf_close(gguf_file *f)
@@ -730,10 +894,7 @@ void gguf_close(gguf_file *f)
     rc_free(f->kv_index);
     rc_free(f->tensor_index);
     rc_free(f->path);
-    if (f->map_handle) {
-        os_unmap(f->map_handle);
-        rc_free(f->map_handle);
-    }
+    maps_free(f->map_handle);
     rc_free(f);
 }
 

@@ -7,11 +7,13 @@
  * layout), never on architecture names.
  */
 #include "model.h"
+#include "ranges.h"
 #include "base/err.h"
 #include "base/mem.h"
 #include "tensor/types.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -254,9 +256,132 @@ static int bind_layer(model *m, int il, layer_weights *L)
     return 0;
 }
 
+/* Layer of a "blk.<i>." tensor name, or -1. */
+static int layer_of(const char *name)
+{
+    if (strncmp(name, "blk.", 4) || name[4] < '0' || name[4] > '9')
+        return -1;
+    char *end;
+    long il = strtol(name + 4, &end, 10);
+    return *end == '.' && il < (1L << 30) ? (int)il : -1;
+}
+
+int model_tensor_needs(const gguf_file *f, int first, int last, bool *need)
+{
+    model_hparams hp;
+    int rc = model_read_hparams(f, &hp);
+    if (rc)
+        return rc;
+    if (last < 0)
+        last = hp.n_layer;
+    if (first < 0 || first >= last || last > hp.n_layer)
+        return rc_fail(RC_EINVAL, "%s: layer range [%d, %d) is not within the model's %d layers",
+                       f->path, first, last, hp.n_layer);
+    bool tied = gguf_find_tensor(f, "output.weight") == NULL;
+    bool at_end = last == hp.n_layer;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const char *n = f->tensors[i].name;
+        int il = layer_of(n);
+        need[i] = (il >= first && il < last) || !strcmp(n, "rope_freqs.weight") ||
+                  (!strcmp(n, "token_embd.weight") && (first == 0 || (at_end && tied))) ||
+                  (at_end && (!strcmp(n, "output_norm.weight") || !strcmp(n, "output.weight")));
+    }
+    return 0;
+}
+
+/* Refuses tensors outside the verified ranges of a partial copy; names the
+ * layers (and the other tensors) missing. */
+static int check_ranges(const gguf_file *f, const bool *need)
+{
+    char mpath[4200];
+    model_ranges r;
+    size_t n = strlen(f->path);
+    bool part = n >= 5 && !strcmp(f->path + n - 5, ".part");
+    int rc = model_ranges_path(f->path, mpath, sizeof mpath);
+    if (rc)
+        return rc;
+    if ((rc = model_ranges_read(mpath, &r)) == RC_ENOTFOUND && !part)
+        return 0;
+    if (rc == RC_ENOTFOUND)
+        return rc_fail(RC_ENOTFOUND, "%s: an incomplete download without its manifest %s",
+                       f->path, mpath);
+    if (rc)
+        return rc;
+    char missing[512] = "";
+    size_t len = 0;
+    int run_lo = -1, run_hi = -1;
+    bool any = r.file_bytes != f->size_bytes || !model_ranges_covers(&r, 0, f->data_offset);
+    if (any)
+        len += (size_t)snprintf(missing + len, sizeof missing - len, "the file head, ");
+    /* Tensors are checked in file order per layer: collect missing layers
+     * as runs "a-b". */
+#define FLUSH() do { \
+        if (run_lo >= 0 && len < sizeof missing) \
+            len += (size_t)snprintf(missing + len, sizeof missing - len, \
+                                    run_lo == run_hi ? "layer %d, " : "layers %d-%d, ", \
+                                    run_lo, run_hi); \
+        run_lo = -1; \
+    } while (0)
+    int max_layer = -1;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (layer_of(f->tensors[i].name) > max_layer)
+            max_layer = layer_of(f->tensors[i].name);
+    for (int il = 0; il <= max_layer; il++) {
+        bool miss = false;
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+            const gguf_tensor *t = &f->tensors[i];
+            if (need[i] && layer_of(t->name) == il &&
+                !model_ranges_covers(&r, t->file_offset, t->file_offset + t->size_bytes))
+                miss = true;
+        }
+        if (miss && run_lo >= 0 && run_hi == il - 1) {
+            run_hi = il;
+        } else if (miss) {
+            FLUSH();
+            run_lo = run_hi = il;
+        }
+        any = any || miss;
+    }
+    FLUSH();
+#undef FLUSH
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (need[i] && layer_of(t->name) < 0 && len < sizeof missing &&
+            !model_ranges_covers(&r, t->file_offset, t->file_offset + t->size_bytes)) {
+            len += (size_t)snprintf(missing + len, sizeof missing - len, "%s, ", t->name);
+            any = true;
+        }
+    }
+    model_ranges_free(&r);
+    if (!any)
+        return 0;
+    n = strlen(missing);
+    if (n >= 2)
+        missing[n - 2] = '\0';
+    return rc_fail(RC_ENOTFOUND, "%s: a partial copy without %s (verified ranges in %s); "
+                   "pull them from a node that has the model", f->path, missing, mpath);
+}
+
+/* Points every bound view at its tensor's mapped bytes (binding happens
+ * before mapping, so views start with NULL data). */
+static void refresh_views(model *m)
+{
+    tensor *fixed[] = { &m->tok_embd, &m->output_norm, &m->output, &m->rope_freqs };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        if (fixed[i]->name)
+            fixed[i]->data = gguf_find_tensor(m->file, fixed[i]->name)->data;
+    for (int l = 0; l < m->last - m->first; l++) {
+        tensor *t = (tensor *)&m->layers[l];
+        for (size_t i = 0; i < sizeof(layer_weights) / sizeof(tensor); i++)
+            if (t[i].name)
+                t[i].data = gguf_find_tensor(m->file, t[i].name)->data;
+    }
+}
+
 int model_load_file(gguf_file *f, int first, int last, model **out)
 {
     int rc;
+    bool *need = NULL;
     *out = NULL;
     model *m = rc_calloc(1, sizeof *m);
     if (!m) {
@@ -311,9 +436,27 @@ int model_load_file(gguf_file *f, int first, int last, model **out)
     for (int il = first; il < last; il++)
         if ((rc = bind_layer(m, il, &m->layers[il - first])))
             goto fail;
+
+    need = rc_calloc(f->n_tensors ? (size_t)f->n_tensors : 1, sizeof *need);
+    if (!need) {
+        rc = rc_fail(RC_ENOMEM, "out of memory loading a model");
+        goto fail;
+    }
+    if ((rc = model_tensor_needs(f, first, last, need)))
+        goto fail;
+    /* A whole-model load maps the whole file once: callers read the file
+     * through f->base (prefaulting, benchmarks). */
+    if (first == 0 && last == hp->n_layer)
+        for (uint64_t i = 0; i < f->n_tensors; i++)
+            need[i] = true;
+    if ((rc = check_ranges(f, need)) || (rc = gguf_map_tensors(f, need)))
+        goto fail;
+    refresh_views(m);
+    rc_free(need);
     *out = m;
     return 0;
 fail:
+    rc_free(need);
     model_free(m);
     return rc;
 }
@@ -321,7 +464,7 @@ fail:
 int model_load(const char *path, int first, int last, model **out)
 {
     gguf_file *f;
-    int rc = gguf_open(path, &f);
+    int rc = gguf_open_meta(path, &f);
     *out = NULL;
     if (rc)
         return rc;

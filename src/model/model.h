@@ -80,12 +80,24 @@ typedef struct {
 int model_read_hparams(const gguf_file *f, model_hparams *hp);
 
 /* Opens `path` and binds the tensors of layers [first, last); last = -1
- * means n_layer.  *out is freed with model_free. */
+ * means n_layer.  Maps only the file's head and the bound tensors.  When a
+ * manifest of verified ranges exists (model_ranges_path of `path`), or the
+ * path ends in ".part", a tensor outside the verified ranges fails with
+ * RC_ENOTFOUND and a detail naming the missing layers.  RC_ENOMEM when the
+ * mappings do not fit the address space.  *out is freed with model_free. */
 int model_load(const char *path, int first, int last, model **out);
 
-/* Same on an already open file; the model takes ownership of `f` (also on
- * failure). */
+/* Same on an already open file (gguf_open or gguf_open_meta); the model
+ * takes ownership of `f` (also on failure). */
 int model_load_file(gguf_file *f, int first, int last, model **out);
+
+/* Flags in need[0..f->n_tensors) the tensors a model bound to layers
+ * [first, last) reads (last = -1: n_layer): every "blk.<i>." tensor of its
+ * layers, token_embd.weight when first == 0 or when the output is tied and
+ * last == n_layer, output_norm and output when last == n_layer, and
+ * rope_freqs.  RC_EINVAL for a range outside the model's layers; errors of
+ * model_read_hparams. */
+int model_tensor_needs(const gguf_file *f, int first, int last, bool *need);
 
 void model_free(model *m);                       /* accepts NULL */
 

@@ -1,0 +1,95 @@
+/* placed.c - placing a model on the cluster and starting its pipeline. */
+#include "placed.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "cluster/cluster.h"
+#include "cluster/pipeline.h"
+#include "cluster/placement.h"
+#include "model/model_size.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define STAGE_START_MS (15 * 60 * 1000)   /* a stage may have to pull its weights */
+
+static void log_progress(void *ud, const char *line)
+{
+    rc_log(LOG_INFO, "model %s: %s", ((api_model *)ud)->name, line);
+}
+
+int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t **plan)
+{
+    *eng = NULL;
+    *plan = NULL;
+    if (!cfg->cluster || !cfg->pipeline)
+        return 0;
+    model_sizes ms;
+    memset(&ms, 0, sizeof ms);
+    model_hparams hp;
+    int rc = model_read_hparams(m->lm.file, &hp);
+    if (rc || (rc = model_sizes_read(m->lm.file, &ms)))
+        return rc;
+    json_t *view = cluster_snapshot(cfg->cluster);
+    placement_node *nodes = NULL;
+    double *links = NULL;
+    int n = 0;
+    placement pl;
+    if (!view) {
+        rc = rc_fail(RC_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = placement_nodes_from_view(view, &nodes, &n, &links)))
+        goto out;
+    if (links)
+        placement_links_from_view(view, nodes, n, hp.n_embd, links);
+    int n_ctx = m->ep.n_ctx;
+    /* min_nodes is a wish (benchmarks, tests): with fewer nodes up, as
+     * many as there are, so a model still runs after a node is lost. */
+    int min_nodes = cfg->min_nodes;
+    if (min_nodes > n) {
+        rc_log(LOG_WARN, "model %s: --min-nodes %d but %d node%s up", m->name, min_nodes, n,
+               n == 1 ? " is" : "s are");
+        min_nodes = n;
+    }
+    placement_opts o = { .n_ctx = n_ctx, .n_seq = m->ep.n_seq, .min_nodes = min_nodes };
+    if ((rc = placement_make(&ms, nodes, n, links, &o, &pl)))
+        goto out;
+    *plan = placement_to_json(&pl, &ms);
+    if (!pl.fits) {
+        rc = rc_fail(RC_ENOMEM, "%s does not fit the cluster: %s", m->name, pl.advice);
+        goto out;
+    }
+    const char *self = cluster_self_id(cfg->cluster);
+    if (pl.n_stages == 1 && !strcmp(pl.stage[0].id, self))
+        goto out;                                  /* here, alone */
+    pipeline_spec spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.model, sizeof spec.model, "%s", m->name);
+    spec.n_layer = hp.n_layer;
+    spec.n_embd = hp.n_embd;
+    spec.n_vocab = hp.n_vocab;
+    spec.n_ctx = n_ctx;
+    spec.n_seq = m->ep.n_seq;
+    spec.n_batch = m->ep.n_batch;
+    spec.n_threads = 0;                            /* each node its own */
+    spec.wire_f32 = cfg->wire_f32;
+    spec.n_stages = pl.n_stages;
+    for (int k = 0; k < pl.n_stages; k++) {
+        snprintf(spec.stage[k].node, sizeof spec.stage[k].node, "%s", pl.stage[k].id);
+        spec.stage[k].first = pl.stage[k].first;
+        spec.stage[k].last = pl.stage[k].last;
+        rc_log(LOG_INFO, "model %s: stage %d, layers %d-%d on node %.8s (%s)", m->name, k,
+               pl.stage[k].first, pl.stage[k].last - 1, pl.stage[k].id, pl.stage[k].name);
+    }
+    engine_exec *x = NULL;
+    if ((rc = pipeline_exec_new(cfg->pipeline, &spec, STAGE_START_MS, log_progress, m, &x)))
+        goto out;
+    rc = engine_new_exec(x, m->lm.tok, hp.n_vocab, &m->ep, eng);   /* takes x */
+out:
+    json_decref(view);
+    rc_free(nodes);
+    rc_free(links);
+    model_sizes_free(&ms);
+    return rc;
+}

@@ -1,0 +1,19 @@
+/* placed.h - where a model runs: on this node alone, or as a pipeline of
+ * stages on several nodes of the cluster, as placement (cluster/placement.h)
+ * decides from the model file's sizes and the cluster view. */
+#ifndef RC_API_PLACED_H
+#define RC_API_PLACED_H
+
+#include <jansson.h>
+
+#include "registry.h"
+
+/* For model m (whose lm is open without weights): places it.  Returns 0
+ * with *eng NULL when it runs here alone (the caller loads it as usual), 0
+ * with *eng set when a pipeline across nodes was set up (the engine owns
+ * it), or a negative code: the model does not fit the cluster (the detail
+ * says by how much and what would fit), or a stage failed to start.
+ * *plan gets the placement as JSON in every case it was made. */
+int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t **plan);
+
+#endif

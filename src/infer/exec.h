@@ -1,0 +1,89 @@
+/* exec.h - what runs the engine's batches: its stages and the sampling.
+ *
+ * The scheduler (engine.c) decides which rows go into a batch; an executor
+ * evaluates them and samples a token for every row that asks.  On one node
+ * the executor is exec_local (the whole model in this process, done before
+ * submit returns).  Across nodes it is a pipeline (cluster/pipeline.c): the
+ * rows travel through stages on other machines, and the last stage samples,
+ * so only token ids come back.
+ *
+ * Groups: an executor that can overlap work (a pipeline of k stages keeps
+ * k micro-batches in flight) says so with n_groups > 1.  The engine puts each
+ * sequence slot in one group (slot % n_groups) and has at most one batch per
+ * group in flight; everything a batch carries (sequence starts, then rows)
+ * is applied in order at every stage, which keeps the caches consistent
+ * without any other message.
+ */
+#ifndef RC_EXEC_H
+#define RC_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sampler.h"
+#include "stage.h"
+
+#define EXEC_MAX_TOP 20
+
+/* A sequence slot starts a new request: positions >= keep are forgotten
+ * at every stage, and the last stage makes a sampler that has seen the
+ * prompt (for the penalties). */
+typedef struct {
+    int seq;
+    int keep;
+    sampler_params sp;          /* seed already resolved (never 0) */
+    const int32_t *prompt;
+    int n_prompt;
+    int n_logprobs;             /* 0..EXEC_MAX_TOP */
+} exec_start;
+
+typedef struct {
+    int group;
+    int n_starts;
+    const exec_start *starts;   /* applied before the rows */
+    stage_batch rows;           /* rows.logits marks the rows to sample */
+} exec_batch;
+
+typedef struct {
+    int32_t token;              /* < 0: every token is banned (logit_bias) */
+    float logprob;
+    int n_top;
+    int32_t top_ids[EXEC_MAX_TOP];
+    float top_lp[EXEC_MAX_TOP];
+} exec_sampled;
+
+typedef struct engine_exec engine_exec;
+struct engine_exec {
+    int n_groups;               /* >= 1 */
+    /* Queues a batch for a group with none in flight (it may do all the
+     * work before returning).  0, or negative with rc_errmsg(). */
+    int  (*submit)(engine_exec *x, const exec_batch *b);
+    /* Waits up to timeout_ms for a group's result.  1: *group, and *rows
+     * (one per sampled row, in batch order; valid until the next submit of
+     * that group) and *n.  0: nothing yet.  Negative: the group's batch
+     * failed, *group set, rc_errmsg() says why. */
+    int  (*collect)(engine_exec *x, int timeout_ms, int *group, const exec_sampled **rows,
+                    int *n);
+    /* Makes a waiting collect return early (any thread). */
+    void (*wake)(engine_exec *x);
+    /* Whether it can no longer run anything (a pipeline lost a node); NULL
+     * for executors that cannot break.  Any thread. */
+    bool (*broken)(engine_exec *x);
+    void (*free)(engine_exec *x);
+};
+
+/* The samplers of every sequence slot, kept where logits are made. */
+typedef struct sample_set sample_set;
+int  sample_set_new(int n_seq, int n_vocab, sample_set **out);
+void sample_set_free(sample_set *s);              /* accepts NULL */
+/* Replaces the slot's sampler.  RC_EINVAL for a bad slot, RC_ENOMEM. */
+int  sample_set_start(sample_set *s, const exec_start *st);
+/* Samples the slot's next token from its logits (modified), records it in
+ * the sampler's history and fills *out. */
+int  sample_set_sample(sample_set *s, int seq, float *logits, exec_sampled *out);
+
+/* One-node executor over a stage that holds the whole model (which must
+ * outlive it). */
+int exec_local_new(stage *st, int n_seq, engine_exec **out);
+
+#endif

@@ -1,0 +1,125 @@
+/* model_size.c - per-part byte counts of a GGUF model from its tensor
+ * infos (see model_size.h).  Every tensor lands in exactly one part, so the
+ * parts add up to the file's tensor bytes. */
+#include "model/model_size.h"
+
+#include "base/err.h"
+#include "base/mem.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The block index of "blk.N.<rest>", or -1 when the name has another form. */
+static long block_of(const char *name)
+{
+    if (strncmp(name, "blk.", 4))
+        return -1;
+    char *end;
+    const char *p = name + 4;
+    if (*p < '0' || *p > '9')
+        return -1;
+    long n = strtol(p, &end, 10);
+    return *end == '.' ? n : -1;
+}
+
+int model_sizes_read(const gguf_file *f, model_sizes *out)
+{
+    memset(out, 0, sizeof *out);
+    model_hparams hp;
+    int rc = model_read_hparams(f, &hp);
+    if (rc)
+        return rc;
+    out->n_layer = hp.n_layer;
+    out->n_embd = hp.n_embd;
+    /* K rows are n_head_kv * head_dim floats, V rows n_head_kv * head_dim_v
+     * (infer/kv_cache.h); model/ cannot call up into infer/ to ask. */
+    out->kv_bytes_per_token =
+        ((uint64_t)hp.n_head_kv * (uint64_t)hp.head_dim + (uint64_t)hp.n_head_kv * (uint64_t)hp.head_dim_v) *
+        sizeof(float);
+    out->layer_bytes = rc_calloc((size_t)hp.n_layer, sizeof *out->layer_bytes);
+    out->layer_decode_bytes = rc_calloc((size_t)hp.n_layer, sizeof *out->layer_decode_bytes);
+    if (!out->layer_bytes || !out->layer_decode_bytes) {
+        model_sizes_free(out);
+        return rc_fail(RC_ENOMEM, "%s: out of memory sizing %d layers", f->path, hp.n_layer);
+    }
+    bool have_embd = false, have_output = false;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        uint64_t n = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            n *= (uint64_t)t->ne[d];
+        out->n_params += n;
+        out->total_bytes += t->size_bytes;
+        long b = block_of(t->name);
+        if (b >= 0) {
+            if (b >= hp.n_layer) {
+                model_sizes_free(out);
+                return rc_fail(RC_EFORMAT, "%s: tensor '%s' names block %ld but the model has %d blocks",
+                               f->path, t->name, b, hp.n_layer);
+            }
+            out->layer_bytes[b] += t->size_bytes;
+            /* a token runs n_expert_used of the n_expert experts */
+            uint64_t dec = t->size_bytes;
+            if (hp.n_expert > 0 && strstr(t->name, "_exps."))
+                dec = dec / (uint64_t)hp.n_expert * (uint64_t)hp.n_expert_used;
+            out->layer_decode_bytes[b] += dec;
+        } else if (!strcmp(t->name, "token_embd.weight")) {
+            out->embd_bytes = t->size_bytes;
+            have_embd = true;
+        } else if (!strcmp(t->name, "output.weight")) {
+            out->output_bytes += t->size_bytes;
+            have_output = true;
+        } else if (!strcmp(t->name, "output_norm.weight")) {
+            out->output_bytes += t->size_bytes;
+        } else {
+            out->shared_bytes += t->size_bytes;
+        }
+    }
+    if (!have_embd) {
+        model_sizes_free(out);
+        return rc_fail(RC_EFORMAT, "%s: tensor 'token_embd.weight' is missing", f->path);
+    }
+    out->tied = !have_output;
+    return 0;
+}
+
+void model_sizes_free(model_sizes *ms)
+{
+    if (!ms)
+        return;
+    rc_free(ms->layer_bytes);
+    rc_free(ms->layer_decode_bytes);
+    ms->layer_bytes = ms->layer_decode_bytes = NULL;
+}
+
+uint64_t model_sizes_stage_bytes(const model_sizes *ms, int first, int last)
+{
+    uint64_t b = ms->shared_bytes;
+    for (int l = first; l < last; l++)
+        b += ms->layer_bytes[l];
+    if (first == 0)
+        b += ms->embd_bytes;
+    if (last == ms->n_layer) {
+        b += ms->output_bytes;
+        if (ms->tied && first != 0)
+            b += ms->embd_bytes;
+    }
+    return b;
+}
+
+uint64_t model_sizes_stage_decode_bytes(const model_sizes *ms, int first, int last)
+{
+    uint64_t b = 0;
+    for (int l = first; l < last; l++)
+        b += ms->layer_decode_bytes[l];
+    if (last == ms->n_layer)
+        b += ms->output_bytes + (ms->tied ? ms->embd_bytes : 0);
+    return b;
+}
+
+uint64_t model_sizes_kv_bytes(const model_sizes *ms, int first, int last, uint64_t tokens)
+{
+    return (uint64_t)(last - first) * ms->kv_bytes_per_token * tokens;
+}

@@ -1,0 +1,56 @@
+/* model_size.h - how many bytes each part of a GGUF model takes, from the
+ * tensor infos alone (nothing mapped or read), for placement: which layer
+ * range fits on which node.
+ *
+ * Parts: each block's tensors (blk.N.*), the token embedding, the output
+ * (output.weight + output_norm.weight; with tied embeddings only the norm,
+ * and the last stage also maps the embedding), and the tensors every stage
+ * maps (rope_freqs.weight and anything not named above).  The parts add up
+ * to the sum of all tensor sizes.
+ */
+#ifndef RC_MODEL_SIZE_H
+#define RC_MODEL_SIZE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+typedef struct {
+    int n_layer, n_embd;
+    uint64_t *layer_bytes;        /* [n_layer] bytes of blk.N.* */
+    uint64_t *layer_decode_bytes; /* [n_layer] bytes read per generated token: as
+                                     layer_bytes, but only the share of experts used
+                                     (MoE) */
+    uint64_t embd_bytes;          /* token_embd.weight */
+    uint64_t output_bytes;        /* output.weight + output_norm.weight; just the norm
+                                     when tied (the last stage then also maps embd_bytes) */
+    uint64_t shared_bytes;        /* tensors every stage maps (rope_freqs.weight...) */
+    bool tied;                    /* no output.weight: the embedding is the output */
+    uint64_t kv_bytes_per_token;  /* per layer: K and V rows in f32, as kv_cache stores */
+    uint64_t n_params;            /* elements of all tensors */
+    uint64_t total_bytes;         /* all tensors */
+} model_sizes;
+
+/* Fills *out from an open file (hyperparameters and tensor infos only).
+ * RC_EFORMAT/RC_EUNSUPPORTED as model_read_hparams, or when a blk.N tensor
+ * names a block beyond the block count, or token_embd.weight is missing;
+ * RC_ENOMEM.  Free with model_sizes_free (also after a failure). */
+int model_sizes_read(const gguf_file *f, model_sizes *out);
+
+void model_sizes_free(model_sizes *ms);            /* accepts zeroed sizes */
+
+/* Bytes a stage holding layers [first, last) maps: its blocks, the shared
+ * tensors, the embedding when first == 0, the output when last == n_layer
+ * (plus the embedding when tied, unless first == 0 already counted it). */
+uint64_t model_sizes_stage_bytes(const model_sizes *ms, int first, int last);
+
+/* Bytes such a stage reads per generated token: its blocks' decode bytes
+ * and the output matrix on the last stage (one embedding row on the first,
+ * negligible, is left out). */
+uint64_t model_sizes_stage_decode_bytes(const model_sizes *ms, int first, int last);
+
+/* KV cache bytes of layers [first, last) for `tokens` positions in all. */
+uint64_t model_sizes_kv_bytes(const model_sizes *ms, int first, int last, uint64_t tokens);
+
+#endif

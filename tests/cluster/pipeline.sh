@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# tests/cluster/pipeline.sh - one model across several nodes, end to end:
+# real `racimo serve` processes in network namespaces (tests/cluster/netns.sh).
+#
+#   greedy output of 2-, 3- and 4-stage pipelines equals one node's on the
+#   same model (hidden states as f32 on the wire: bit for bit), and the
+#   f16 wire gives the same greedy tokens on it; GET /v1/cluster shows the
+#   plan; a stage node killed mid-request ends the request promptly with an
+#   error naming the node, and the next request succeeds on the nodes left;
+#   a model larger than each node's address-space limit (RLIMIT_AS, ~65% of
+#   the model) fails on one node and runs across two, the second node
+#   pulling only its layers' bytes from the first, each node's peak
+#   resident memory near its share.
+#
+# Prints "N passed, N failed, N skipped" last.  Logs stay in
+# build/pipeline-e2e/.  Usage: tests/cluster/pipeline.sh (RACIMO_BIN).
+set -u
+cd "$(dirname "$0")/../.."
+BIN=$(realpath "${RACIMO_BIN:-build/rel/racimo}")
+P=rp$$
+LOGS=build/pipeline-e2e
+passed=0 failed=0 skipped=0
+
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
+  echo "pipeline e2e: skipped (needs root and iproute2 for network namespaces)"
+  echo "0 passed, 0 failed, 1 skipped"; exit 0
+fi
+for tool in curl jq prlimit; do
+  command -v $tool >/dev/null || { echo "pipeline e2e: $tool missing (scripts/install-deps.sh)"; echo "0 passed, 1 failed"; exit 1; }
+done
+[ -x "$BIN" ] || { echo "pipeline e2e: $BIN not built"; echo "0 passed, 1 failed"; exit 1; }
+
+T=$(mktemp -d /tmp/racimo-pipeline.XXXXXX)
+source tests/cluster/netns.sh
+REF_PID=
+cleanup() {
+  [ -n "$REF_PID" ] && kill -9 "$REF_PID" 2>/dev/null
+  ns_cleanup
+  mkdir -p "$LOGS" && cp "$T"/*.out "$LOGS"/ 2>/dev/null
+  rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ok()   { passed=$((passed+1)); echo "ok   $*"; }
+bad()  { failed=$((failed+1)); echo "FAIL $*"; }
+now_ms() { date +%s%3N; }
+wait_for() {
+  local end=$(( $(now_ms) + $1 * 1000 )); shift
+  while [ "$(now_ms)" -lt "$end" ]; do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+
+view() { ip netns exec "$P-n$1" curl -s --max-time 2 "http://10.77.0.$1:8080/v1/cluster"; }
+n_up() { [ "$(view "$1" | jq '[.nodes[] | select(.state == "up")] | length')" = "$2" ]; }
+
+# start_node I [options...]: node I in namespace n$I with its own state dir
+# (prefix the command with PRE="prlimit --as=N" to limit it)
+start_node() {
+  local i=$1; shift
+  : >"$T/n$i.out"
+  ip netns exec "$P-n$i" ${PRE:-} "$BIN" serve --host "10.77.0.$i" --port 8080 \
+    --state-dir "$T/n$i" --name "node$i" --no-access-log -t 1 --down-after 1500 \
+    --parallel 4 --ctx-size 512 "$@" >>"$T/n$i.out" 2>&1 &
+  echo $! >"$T/n$i.pid"
+  wait_for 20 grep -q "listening on" "$T/n$i.out" || { tail -5 "$T/n$i.out"; return 1; }
+}
+stop_node() {
+  local pid; pid=$(cat "$T/n$1.pid")
+  kill -"${2:-TERM}" "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+}
+
+# complete HOST_IP NS PROMPT N: greedy text of a completion (JSON string)
+complete() {
+  ip netns exec "$2" curl -s --max-time 120 "http://$1:8080/v1/completions" \
+    -d "{\"model\":\"$MODEL\",\"prompt\":\"$3\",\"max_tokens\":$4,\"temperature\":0}" |
+    jq -c '.choices[0].text // .error.message'
+}
+PROMPTS=("hello world" "the quick brown fox" "once upon a time there was")
+
+echo "pipeline e2e: namespaces $P-*, state in $T"
+MODEL=m8
+"$BIN" make-model --preset tiny --layers 8 --type Q8_0 -o "$T/$MODEL.gguf" >/dev/null 2>&1 ||
+  { echo "make-model failed"; echo "0 passed, 1 failed"; exit 1; }
+ns_bridge
+for i in 1 2 3 4 9; do ns_host "n$i" "$i"; mkdir -p "$T/n$i/models"; done
+# node 4 has no copy: it pulls exactly the byte ranges of its layers from a peer
+for i in 1 2 3 9; do cp "$T/$MODEL.gguf" "$T/n$i/models/"; done
+
+# ---- the reference: one node alone (namespace n9, no cluster) ----
+ip netns exec "$P-n9" "$BIN" serve --host 10.77.0.9 --port 8080 --no-cluster --no-access-log \
+  -t 1 --parallel 4 --ctx-size 512 --models-dir "$T/n9/models" >"$T/ref.out" 2>&1 &
+REF_PID=$!
+wait_for 20 grep -q "listening on" "$T/ref.out" || { cat "$T/ref.out"; echo "0 passed, 1 failed"; exit 1; }
+declare -a REF
+for k in 0 1 2; do REF[$k]=$(complete 10.77.0.9 "$P-n9" "${PROMPTS[$k]}" 24); done
+if [ -n "${REF[0]}" ] && [ "${REF[0]}" != null ]; then ok "one node answers (the reference)"
+else bad "the reference node answers: ${REF[0]}"; fi
+
+# ---- 2, 3 and 4 stages: same greedy text as one node ----
+start_node 1 --pipeline-wire f32 || { bad "node 1 starts"; echo "$passed passed, $failed failed"; exit 1; }
+TOKEN=$("$BIN" token --state-dir "$T/n1")
+for i in 2 3 4; do start_node "$i" --join "$TOKEN" --peer 10.77.0.1; done
+wait_for 20 n_up 1 4 || bad "four nodes up"
+for stages in 2 3 4; do
+  stop_node 1
+  start_node 1 --pipeline-wire f32 --min-nodes "$stages"
+  wait_for 20 n_up 1 4
+  same=1
+  for k in 0 1 2; do
+    got=$(complete 10.77.0.1 "$P-n1" "${PROMPTS[$k]}" 24)
+    [ "$got" = "${REF[$k]}" ] || { same=0; echo "  prompt $k: got $got, want ${REF[$k]}"; }
+  done
+  n_stages=$(view 1 | jq "[.models[] | select(.name == \"$MODEL\") | .plan.stages[]] | length")
+  if [ "$same" = 1 ] && [ "$n_stages" = "$stages" ]; then
+    ok "$stages-stage pipeline (f32 wire): greedy text equals one node's; /v1/cluster shows $stages stages"
+  else bad "$stages stages: same=$same, plan stages=$n_stages"; fi
+done
+
+part="$T/n4/models/$MODEL.gguf.part"
+used=$(( $(stat -c %b "$part" 2>/dev/null || echo 0) * 512 ))
+msize=$(stat -c %s "$T/$MODEL.gguf")
+if [ -f "$T/n4/models/$MODEL.gguf.ranges" ] && [ "$used" -gt 0 ] && [ "$used" -lt $((msize * 3 / 4)) ] &&
+   grep -q "pulling $MODEL layers" "$T/n4.out"; then
+  ok "node 4, without the file, pulled only its layers' bytes from a peer ($used of $msize bytes, sparse, with a manifest)"
+else bad "weight pull: $part uses $used of $msize bytes"; fi
+
+# concurrent requests over 4 stages (micro-batches in flight) stay exact
+pids=()
+for k in 0 1 2; do complete 10.77.0.1 "$P-n1" "${PROMPTS[$k]}" 24 >"$T/conc$k" & pids+=($!); done
+wait "${pids[@]}"
+same=1
+for k in 0 1 2; do [ "$(cat "$T/conc$k")" = "${REF[$k]}" ] || same=0; done
+if [ "$same" = 1 ]; then ok "three concurrent requests through 4 stages: each equals one node's"
+else bad "concurrent requests differ"; fi
+
+# ---- a stage node dies mid-request ----
+stage_node=$(view 1 | jq -r '.pipelines.instances[0].stages[] | .node' | grep -v "$(cat "$T/n1/node.id")" | head -1)
+victim=
+for i in 2 3 4; do [ "$(cat "$T/n$i/node.id")" = "$stage_node" ] && victim=$i; done
+t0=$(now_ms)
+ip netns exec "$P-n1" curl -s --max-time 60 "http://10.77.0.1:8080/v1/completions" \
+  -d "{\"model\":\"$MODEL\",\"prompt\":\"hello\",\"max_tokens\":480,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" >"$T/cut.out" &
+cpid=$!
+sleep 0.3
+stop_node "$victim" KILL
+wait "$cpid"
+dt=$(( $(now_ms) - t0 ))
+if grep -q "is down" "$T/cut.out" && [ "$dt" -lt 10000 ]; then
+  ok "a stage node killed mid-stream: the stream ends with an error naming it after $dt ms"
+else bad "killed stage: $(tail -c 300 "$T/cut.out") after $dt ms"; fi
+got=$(complete 10.77.0.1 "$P-n1" "${PROMPTS[0]}" 24)
+n_stages=$(view 1 | jq "[.models[] | select(.name == \"$MODEL\") | .plan.stages[]] | length")
+if [ "$got" = "${REF[0]}" ] && [ "$n_stages" = 3 ]; then
+  ok "the next request is placed again on the 3 nodes left and answers the same"
+else bad "after the loss: $got ($n_stages stages)"; fi
+
+# ---- the default f16 wire, on the golden models (weights like real ones) ----
+G=${RACIMO_GOLDEN:-../shared/golden}/logits
+if [ -d "$G" ] && ls "$G"/*.gguf >/dev/null 2>&1; then
+  for i in 1 2 3 4 9; do cp "$G"/*.gguf "$T/n$i/models/"; done
+  for w in f32 f16; do
+    stop_node 1
+    start_node 1 --min-nodes 2 --pipeline-wire $w
+    wait_for 20 n_up 1 3
+    n=0 same=0 firsts=0
+    for f in "$G"/*.gguf; do
+      MODEL=$(basename "$f" .gguf)
+      want=$(complete 10.77.0.9 "$P-n9" "${PROMPTS[2]}" 24)
+      got=$(complete 10.77.0.1 "$P-n1" "${PROMPTS[2]}" 24)
+      n=$((n+1)); [ "$got" = "$want" ] && same=$((same+1)) || echo "  $w $MODEL: got $got, want $want"
+    done
+    echo "  $w wire: $same of $n golden models give one node's greedy text over 2 stages"
+    if [ "$w" = f32 ]; then
+      [ "$same" = "$n" ] && ok "golden models over 2 stages (f32 wire): all $n give one node's greedy text" ||
+        bad "golden models, f32 wire: $same of $n"
+    else
+      [ "$same" -ge $((n * 3 / 4)) ] && ok "golden models over 2 stages (f16 wire, the default): $same of $n identical (f16 rounding may flip a near-tie)" ||
+        bad "golden models, f16 wire: only $same of $n"
+    fi
+  done
+  MODEL=m8
+else
+  echo "skip golden models over a pipeline (no $G)"; skipped=$((skipped+1))
+fi
+for i in 1 2 3 4; do stop_node "$i" 2>/dev/null; done
+
+# ---- a model larger than one node's memory limit runs on two ----
+MODEL=big
+"$BIN" make-model --preset llama3-1b --type F32 --vocab 32000 --layers 8 -o "$T/big.gguf" >/dev/null 2>&1
+size=$(stat -c %s "$T/big.gguf")
+limit=$(( size * 65 / 100 ))
+offer=$(( limit - 160 * 1048576 ))   # room for code, stacks, heaps and buffers
+for i in 1 2 9; do ln "$T/big.gguf" "$T/n$i/models/big.gguf"; done
+kill -9 "$REF_PID" 2>/dev/null; REF_PID=
+ip netns exec "$P-n9" "$BIN" serve --host 10.77.0.9 --port 8080 --no-cluster --no-access-log \
+  -t 1 --parallel 2 --ctx-size 256 --models-dir "$T/n9/models" >"$T/ref2.out" 2>&1 &
+REF_PID=$!
+wait_for 20 grep -q "listening on" "$T/ref2.out"
+want=$(complete 10.77.0.9 "$P-n9" "hello world" 12)
+kill -9 "$REF_PID"; REF_PID=
+# the same limit on a node alone: the model does not fit
+ip netns exec "$P-n9" env MALLOC_ARENA_MAX=2 prlimit --as=$limit --stack=1048576 "$BIN" serve --host 10.77.0.9 \
+  --port 8080 --no-cluster --no-access-log -t 1 --parallel 2 --ctx-size 256 \
+  --models-dir "$T/n9/models" >"$T/alone.out" 2>&1 &
+REF_PID=$!
+wait_for 20 grep -q "listening on" "$T/alone.out"
+alone=$(complete 10.77.0.9 "$P-n9" "hello world" 12)
+kill -9 "$REF_PID"; REF_PID=
+rm -rf "$T/n1/node.id" "$T/n2/node.id"
+export MALLOC_ARENA_MAX=2
+# thread stacks of 1 MiB (glibc takes RLIMIT_STACK): the limit is for the model
+PRE="prlimit --as=$limit --stack=1048576" start_node 1 --max-memory "$offer" --parallel 2 --ctx-size 256
+TOKEN=$("$BIN" token --state-dir "$T/n1")
+PRE="prlimit --as=$limit --stack=1048576" start_node 2 --join "$TOKEN" --peer 10.77.0.1 --max-memory "$offer" \
+  --parallel 2 --ctx-size 256
+unset MALLOC_ARENA_MAX
+wait_for 20 n_up 1 2
+wait_for 120 sh -c "grep -q 'ready in' '$T/n1.out' || grep -q 'failed to load' '$T/n1.out'" 2>/dev/null
+got=$(complete 10.77.0.1 "$P-n1" "hello world" 12)
+stages=$(view 1 | jq "[.models[] | select(.name == \"big\") | .plan.stages[]] | length")
+hwm1=$(awk '/VmHWM/ {print $2 * 1024}' /proc/"$(cat "$T/n1.pid")"/status)
+hwm2=$(awk '/VmHWM/ {print $2 * 1024}' /proc/"$(cat "$T/n2.pid")"/status)
+echo "  model $((size >> 20)) MiB, limit $((limit >> 20)) MiB each; peak RSS $((hwm1 >> 20)) and $((hwm2 >> 20)) MiB; alone: $alone"
+if [ "$got" = "$want" ] && [ "$stages" = 2 ] && [ "$alone" != "$want" ]; then
+  ok "a model over one node's address-space limit (65%) fails alone and runs on two with the same text"
+else bad "limited nodes: got $got want $want, stages $stages, alone $alone"; fi
+if [ "$stages" = 2 ] && [ "$hwm1" -lt $(( size * 70 / 100 )) ] && [ "$hwm2" -lt $(( size * 70 / 100 )) ]; then
+  ok "each node's peak resident memory stays under 70% of the model (its share and KV cache)"
+else bad "peak RSS $hwm1 / $hwm2 of $size"; fi
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

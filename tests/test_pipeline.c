@@ -1,0 +1,299 @@
+/* test_pipeline.c - one model across two nodes in one process (two
+ * clusters on loopback): the engine over a 2-stage pipeline gives the same
+ * tokens as the engine over the whole model (f32 wire: bit for bit; with
+ * sampling, penalties and several requests at once), hostile stage
+ * messages are refused without harm, and a stage node that goes away ends
+ * the requests in flight with an error naming it. */
+#include "test.h"
+
+#include "base/err.h"
+#include "cluster/cluster.h"
+#include "cluster/pipeline.h"
+#include "infer/engine.h"
+#include "infer/lm.h"
+#include "model/synth.h"
+#include "tensor/types.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    struct cluster *c;
+    pipeline *p;
+    char dir[600], models[700];
+} node;
+
+static void start(node *n, const char *name, const char *token, const node *peer)
+{
+    char addr[64];
+    const char *peers[1] = { addr };
+    snprintf(n->dir, sizeof n->dir, "%s/%s", test_tmpdir(), name);
+    snprintf(n->models, sizeof n->models, "%s/models", n->dir);
+    mkdir(n->dir, 0700);
+    mkdir(n->models, 0755);
+    if (peer)
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", cluster_port(peer->c));
+    cluster_config cfg;
+    cluster_config_default(&cfg);
+    cfg.state_dir = n->dir;
+    cfg.join_token = token;
+    cfg.listen_host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.port_given = true;
+    cfg.peers = peers;
+    cfg.n_peers = peer ? 1 : 0;
+    cfg.name = name;
+    cfg.no_discovery = true;
+    cfg.heartbeat_ms = 100;
+    cfg.down_after_ms = 600;
+    cfg.bench = 0;
+    cfg.models_dir = n->models;
+    CHECK_OK(cluster_new(&cfg, &n->c, NULL));
+    CHECK_OK(pipeline_new(n->c, 1, &n->p));
+    CHECK_OK(cluster_start(n->c));
+}
+
+static void stop(node *n)
+{
+    if (!n->c)
+        return;
+    pipeline_stop(n->p);
+    cluster_free(n->c);
+    pipeline_free(n->p);
+    n->c = NULL;
+}
+
+static bool sees_up(node *n, const char *id)
+{
+    json_t *s = cluster_snapshot(n->c), *x;
+    size_t i;
+    bool ok = false;
+    json_array_foreach(json_object_get(s, "nodes"), i, x)
+        ok = ok || (!strcmp(json_string_value(json_object_get(x, "id")), id) &&
+                    !strcmp(json_string_value(json_object_get(x, "state")), "up"));
+    json_decref(s);
+    return ok;
+}
+
+static void wait_up(node *a, node *b)
+{
+    for (int t = 0; t < 8000; t += 20) {
+        if (sees_up(a, cluster_self_id(b->c)) && sees_up(b, cluster_self_id(a->c)))
+            return;
+        usleep(20000);
+    }
+    FAIL("the two nodes never linked");
+}
+
+typedef struct {
+    int32_t ids[64];
+    int n;
+    gen_result res;
+    int done;
+} collect;
+
+static void on_token(gen_request *r, const gen_token *t)
+{
+    collect *c = r->user;
+    if (c->n < 64)
+        c->ids[c->n++] = t->id;
+}
+static void on_done(gen_request *r, const gen_result *res)
+{
+    collect *c = r->user;
+    c->res = *res;
+    c->done++;
+}
+
+#define N_REQ 3
+static const int32_t prompts[N_REQ][6] = { { 1, 5, 9, 13 }, { 2, 7, 7, 30, 31, 4 }, { 3, 100 } };
+static const int n_prompt[N_REQ] = { 4, 6, 2 };
+
+/* Runs N_REQ requests at once; request 1 samples with penalties and a bias. */
+static void run_all(engine *e, collect *out, int max_tokens)
+{
+    gen_request rq[N_REQ];
+    int32_t bias_id = 17;
+    float bias = -1000;
+    memset(rq, 0, sizeof rq);
+    for (int i = 0; i < N_REQ; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        sampler_params_default(&rq[i].sampling);
+        if (i == 1) {
+            rq[i].sampling.temperature = 0.9f;
+            rq[i].sampling.seed = 42;
+            rq[i].sampling.frequency_penalty = 0.5f;
+            rq[i].sampling.repeat_penalty = 1.2f;
+            rq[i].sampling.bias_ids = &bias_id;
+            rq[i].sampling.bias_values = &bias;
+            rq[i].sampling.n_bias = 1;
+        } else {
+            rq[i].sampling.temperature = 0;
+        }
+        rq[i].prompt = prompts[i];
+        rq[i].n_prompt = n_prompt[i];
+        rq[i].max_tokens = max_tokens;
+        rq[i].ignore_eos = true;
+        rq[i].n_logprobs = i == 2 ? 3 : 0;
+        rq[i].user = &out[i];
+        rq[i].on_token = on_token;
+        rq[i].on_done = on_done;
+        CHECK_OK(engine_submit(e, &rq[i]));
+    }
+    for (int step = 0; step < 100000; step++) {
+        int all = 1;
+        for (int i = 0; i < N_REQ; i++)
+            all &= out[i].done;
+        if (all)
+            break;
+        CHECK_INT(engine_step(e), >=, 0);
+    }
+    for (int i = 0; i < N_REQ; i++)
+        CHECK_INT(out[i].done, ==, 1);
+}
+
+static engine *pipeline_engine(node *head, const lm *l, const char *model_name,
+                               const char *s0, const char *s1, int split, bool f32)
+{
+    pipeline_spec spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.model, sizeof spec.model, "%s", model_name);
+    spec.n_layer = l->m ? l->m->hp.n_layer : 4;
+    model_hparams hp;
+    CHECK_OK(model_read_hparams(l->file, &hp));
+    spec.n_layer = hp.n_layer;
+    spec.n_embd = hp.n_embd;
+    spec.n_vocab = hp.n_vocab;
+    spec.n_ctx = 128;
+    spec.n_seq = 4;
+    spec.n_batch = 32;
+    spec.n_threads = 1;
+    spec.wire_f32 = f32;
+    spec.n_stages = 2;
+    snprintf(spec.stage[0].node, 33, "%s", s0);
+    snprintf(spec.stage[1].node, 33, "%s", s1);
+    spec.stage[0].first = 0;
+    spec.stage[0].last = split;
+    spec.stage[1].first = split;
+    spec.stage[1].last = hp.n_layer;
+    engine_exec *x = NULL;
+    CHECK_OK(pipeline_exec_new(head->p, &spec, 20000, NULL, NULL, &x));
+    engine_params ep = { .n_ctx = 128, .n_seq = 4, .n_batch = 32, .n_threads = 1,
+                         .max_queue = 8, .precision = MATMUL_FAST };
+    engine *e = NULL;
+    CHECK_OK(engine_new_exec(x, l->tok, hp.n_vocab, &ep, &e));
+    return e;
+}
+
+static void write_model(const char *path)
+{
+    synth_params p;
+    CHECK_OK(synth_preset("tiny", &p));
+    p.n_layer = 4;
+    p.type = TT_Q8_0;
+    CHECK_OK(synth_write(path, &p));
+}
+
+TEST_T(pipeline_two_nodes_same_tokens, 120)
+{
+    node a = { 0 }, b = { 0 };
+    start(&a, "pa", NULL, NULL);
+    start(&b, "pb", cluster_join_token(a.c), &a);
+    wait_up(&a, &b);
+    char pa[800], pb[800];
+    snprintf(pa, sizeof pa, "%s/m4.gguf", a.models);
+    snprintf(pb, sizeof pb, "%s/m4.gguf", b.models);
+    write_model(pa);
+    write_model(pb);
+
+    /* the reference: the whole model in one engine */
+    lm whole;
+    CHECK_OK(lm_open(&whole, pa, true, NULL));
+    engine_params ep = { .n_ctx = 128, .n_seq = 4, .n_batch = 32, .n_threads = 1,
+                         .max_queue = 8, .precision = MATMUL_FAST };
+    engine *ref_e;
+    CHECK_OK(engine_new(whole.m, whole.tok, &ep, &ref_e));
+    collect ref[N_REQ], got[N_REQ];
+    run_all(ref_e, ref, 20);
+    engine_free(ref_e);
+
+    /* head A; stage 0 on B, stage 1 (sampling) on A; f32 hidden states */
+    lm head;
+    CHECK_OK(lm_open(&head, pa, false, NULL));
+    engine *e = pipeline_engine(&a, &head, "m4", cluster_self_id(b.c), cluster_self_id(a.c), 1,
+                                true);
+    run_all(e, got, 20);
+    for (int i = 0; i < N_REQ; i++) {
+        CHECK_INT(got[i].n, ==, ref[i].n);
+        CHECK(!memcmp(got[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)));
+        CHECK_INT(got[i].res.finish, ==, GEN_LENGTH);
+        CHECK(got[i].res.seed == ref[i].res.seed || i != 1);
+    }
+    /* prefix reuse through the pipeline: the same requests again */
+    run_all(e, got, 20);
+    for (int i = 0; i < N_REQ; i++)
+        CHECK(!memcmp(got[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)));
+    CHECK(!engine_broken(e));
+    json_t *st = pipeline_status(a.p);
+    CHECK_INT(json_array_size(json_object_get(st, "instances")), ==, 1);
+    json_decref(st);
+    engine_free(e);
+
+    /* f16 on the wire: runs, same lengths (the tokens may differ) */
+    e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 3, false);
+    run_all(e, got, 8);
+    for (int i = 0; i < N_REQ; i++)
+        CHECK_INT(got[i].n, ==, 8);
+    engine_free(e);
+
+    /* a stage that cannot load: the error names the node and why */
+    pipeline_spec bad;
+    memset(&bad, 0, sizeof bad);
+    snprintf(bad.model, sizeof bad.model, "no-such-model");
+    bad.n_layer = 4; bad.n_embd = 64; bad.n_vocab = 512; bad.n_ctx = 64; bad.n_seq = 1;
+    bad.n_batch = 8; bad.n_stages = 2;
+    snprintf(bad.stage[0].node, 33, "%s", cluster_self_id(a.c));
+    snprintf(bad.stage[1].node, 33, "%s", cluster_self_id(b.c));
+    bad.stage[0].last = 2; bad.stage[1].first = 2; bad.stage[1].last = 4;
+    engine_exec *x = NULL;
+    CHECK(pipeline_exec_new(a.p, &bad, 10000, NULL, NULL, &x) < 0);
+    CHECK(strstr(rc_errmsg(), "no-such-model") != NULL);
+
+    /* hostile messages from B to A's stage handler: refused, A keeps going */
+    uint8_t junk[300];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)(i * 37 + 11);
+    for (int type = 0x40; type <= 0x44; type++)
+        for (size_t len = 0; len <= sizeof junk; len += 23)
+            cluster_send(b.c, cluster_self_id(a.c), type, junk, len);
+
+    /* stage node B dies while requests run: they end with an error naming it */
+    e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 2, true);
+    gen_request rq;
+    collect c;
+    memset(&rq, 0, sizeof rq);
+    memset(&c, 0, sizeof c);
+    sampler_params_default(&rq.sampling);
+    rq.sampling.temperature = 0;
+    rq.prompt = prompts[0];
+    rq.n_prompt = n_prompt[0];
+    rq.max_tokens = 120;
+    rq.ignore_eos = true;
+    rq.user = &c;
+    rq.on_token = on_token;
+    rq.on_done = on_done;
+    CHECK_OK(engine_submit(e, &rq));
+    for (int i = 0; i < 3; i++)
+        engine_step(e);
+    stop(&b);
+    for (int step = 0; step < 2000 && !c.done; step++)
+        engine_step(e);
+    CHECK_INT(c.done, ==, 1);
+    CHECK_INT(c.res.finish, ==, GEN_ERROR);
+    CHECK(strstr(c.res.error, "is down") != NULL);
+    CHECK(engine_broken(e));
+    engine_free(e);
+    lm_close(&head);
+    lm_close(&whole);
+    stop(&a);
+}

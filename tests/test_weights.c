@@ -1,0 +1,318 @@
+/* test_weights.c - pulling a stage's weights from a peer: two clusters in
+ * one process on loopback; B pulls layers [n/2, n) of a model only A has
+ * into a sparse copy that loads and computes A's logits, then the rest,
+ * which completes the file byte for byte.  Refusals: unknown models, names
+ * that are paths, a symlink leading out of the models folder, a damaged
+ * chunk (test hook), a peer that stops answering or goes down. */
+#include "test.h"
+
+#include "base/err.h"
+#include "cluster/cluster.h"
+#include "cluster/weights.h"
+#include "infer/stage.h"
+#include "model/model.h"
+#include "model/ranges.h"
+#include "model/synth.h"
+#include "tensor/types.h"
+
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    struct cluster *c;
+    weights *w;
+    char dir[600], models[700];
+} node;
+
+static void on_down(void *ud, const char *id) { weights_on_node_down(ud, id); }
+
+static void start(node *n, const char *name, const char *token, const node *peer,
+                  const char *ro_dirs)
+{
+    char addr[64];
+    const char *peers[1] = { addr };
+    snprintf(n->dir, sizeof n->dir, "%s/%s", test_tmpdir(), name);
+    snprintf(n->models, sizeof n->models, "%s/models", n->dir);
+    mkdir(n->dir, 0700);
+    mkdir(n->models, 0755);
+    if (peer)
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", cluster_port(peer->c));
+    cluster_config cfg;
+    cluster_config_default(&cfg);
+    cfg.state_dir = n->dir;
+    cfg.join_token = token;
+    cfg.listen_host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.port_given = true;
+    cfg.peers = peers;
+    cfg.n_peers = peer ? 1 : 0;
+    cfg.name = name;
+    cfg.no_discovery = true;
+    cfg.heartbeat_ms = 100;
+    cfg.down_after_ms = 600;
+    cfg.probe_ms = 300;
+    cfg.bench = 0;
+    cfg.models_dir = n->models;
+    cfg.ro_dirs = ro_dirs;
+    CHECK_OK(cluster_new(&cfg, &n->c, NULL));
+    CHECK_OK(weights_new(n->c, n->models, ro_dirs, &n->w));
+    cluster_set_down_handler(n->c, on_down, n->w);
+    CHECK_OK(cluster_start(n->c));
+}
+
+static void stop(node *n)
+{
+    cluster_free(n->c);
+    weights_free(n->w);
+}
+
+/* Waits until `n` sees node `id` up listing model `model`. */
+static void wait_model(node *n, const char *id, const char *want)
+{
+    for (int t = 0; t < 8000; t += 20) {
+        json_t *s = cluster_snapshot(n->c), *x, *m;
+        size_t i, j;
+        bool ok = false;
+        json_array_foreach(json_object_get(s, "nodes"), i, x) {
+            if (strcmp(json_string_value(json_object_get(x, "id")), id) ||
+                strcmp(json_string_value(json_object_get(x, "state")), "up"))
+                continue;
+            json_array_foreach(json_object_get(x, "models"), j, m)
+                ok = ok || !strcmp(json_string_value(json_object_get(m, "name")), want);
+        }
+        json_decref(s);
+        if (ok)
+            return;
+        usleep(20000);
+    }
+    FAIL("node %.8s never listed model %s", id, want);
+}
+
+/* 8 layers 512 wide, F16: about 55 MB, tensors up to 1.5 MB (several
+ * chunks each). */
+static void write_model(const char *path)
+{
+    synth_params p;
+    CHECK_OK(synth_preset("tiny", &p));
+    p.n_layer = 8;
+    p.n_embd = 512;
+    p.n_ff = 1536;
+    p.type = TT_F16;
+    CHECK_OK(synth_write(path, &p));
+}
+
+typedef struct { int calls; uint64_t done, total; double rate; } progress_log;
+
+static void progress(void *ud, uint64_t done, uint64_t total, double bytes_per_s)
+{
+    progress_log *p = ud;
+    CHECK_INT(done, <=, total);
+    p->calls++;
+    p->done = done;
+    p->total = total;
+    p->rate = bytes_per_s;
+}
+
+/* Logits of layers [first, last) of `path` for fixed hidden states. */
+static float *stage_logits(const char *path, int first, int last)
+{
+    model *m;
+    stage *s;
+    CHECK_OK(model_load(path, first, last, &m));
+    stage_params sp = { .n_ctx = 16, .n_seq = 1, .n_batch = 4, .n_threads = 2 };
+    CHECK_OK(stage_new(m, &sp, &s));
+    const int E = m->hp.n_embd, V = m->hp.n_vocab;
+    float *in = malloc(sizeof(float) * 4 * E), *out = malloc(sizeof(float) * 4 * V);
+    for (int i = 0; i < 4 * E; i++)
+        in[i] = (float)((i * 37) % 101 - 50) * 0.02f;
+    int32_t pos[4] = { 0, 1, 2, 3 }, seq[4] = { 0 };
+    stage_batch b = { .n_rows = 4, .pos = pos, .seq = seq };
+    CHECK_OK(stage_forward(s, &b, in, out, NULL));
+    free(in);
+    stage_free(s);
+    model_free(m);
+    return out;
+}
+
+static uint64_t size_of(const char *path, uint64_t *disk)
+{
+    struct stat st;
+    CHECK_OK(stat(path, &st));
+    if (disk)
+        *disk = (uint64_t)st.st_blocks * 512;
+    return (uint64_t)st.st_size;
+}
+
+static bool same_bytes(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    CHECK(fa && fb);
+    int ca, cb;
+    do {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+    } while (ca == cb && ca != EOF);
+    fclose(fa);
+    fclose(fb);
+    return ca == cb;
+}
+
+TEST_T(weights_pull_half_then_rest, 120)
+{
+    node a, b;
+    char apath[800], path[1024], man[1100];
+    snprintf(apath, sizeof apath, "%s/a/models/m.gguf", test_tmpdir());
+    mkdir(test_tmpdir(), 0700);
+    start(&a, "a", NULL, NULL, NULL);   /* makes the folders; the scan is redone below */
+    write_model(apath);
+    stop(&a);
+    start(&a, "a", NULL, NULL, NULL);
+    start(&b, "b", cluster_join_token(a.c), &a, NULL);
+    wait_model(&b, cluster_self_id(a.c), "m");
+
+    progress_log pl = { 0 };
+    CHECK_OK(weights_ensure(b.w, "m", 4, 8, NULL, progress, &pl, path, sizeof path));
+    CHECK(strstr(path, "/b/models/m.gguf.part"));
+    CHECK(pl.calls > 10 && pl.done == pl.total && pl.rate > 0);
+    uint64_t disk, size = size_of(path, &disk);
+    CHECK_INT(size, ==, size_of(apath, NULL));
+    fprintf(stderr, "  pulled %.1f of %.1f MB (%.0f MB/s); the copy uses %.1f MB of disk\n",
+            (double)pl.total / 1e6, (double)size / 1e6, pl.rate / 1e6, (double)disk / 1e6);
+    CHECK_INT(pl.total, <, size * 6 / 10);
+    CHECK_INT(disk, <, size * 6 / 10);           /* sparse */
+    CHECK_OK(model_ranges_path(path, man, sizeof man));
+    CHECK(access(man, F_OK) == 0);
+
+    /* the copy computes A's logits for that stage, bit for bit */
+    float *la = stage_logits(apath, 4, 8), *lb = stage_logits(path, 4, 8);
+    CHECK(!memcmp(la, lb, sizeof(float) * 4 * 512));
+    free(la);
+    free(lb);
+    model *m;
+    CHECK_INT(model_load(path, 0, 8, &m), ==, RC_ENOTFOUND);
+    CHECK(strstr(rc_errmsg(), "without layers 0-3, token_embd.weight"));
+
+    /* asking again fetches nothing */
+    progress_log again = { 0 };
+    CHECK_OK(weights_ensure(b.w, "m", 5, 7, NULL, progress, &again, path, sizeof path));
+    CHECK_INT(again.done, ==, 0);
+
+    /* the rest completes the file: renamed, manifest gone, byte for byte */
+    progress_log rest = { 0 };
+    CHECK_OK(weights_ensure(b.w, "m", 0, -1, cluster_self_id(a.c), progress, &rest, path,
+                            sizeof path));
+    CHECK(strstr(path, "/b/models/m.gguf") && !strstr(path, ".part"));
+    CHECK(access(man, F_OK) != 0);
+    CHECK_INT(rest.total + pl.total, <=, size);
+    CHECK(same_bytes(path, apath));
+    CHECK_OK(model_load(path, 0, 8, &m));
+    model_free(m);
+    /* now local: no transfer */
+    char again_path[1024];
+    CHECK_OK(weights_ensure(b.w, "m", 0, 2, NULL, NULL, NULL, again_path, sizeof again_path));
+    CHECK_STR(again_path, path);
+    stop(&b);
+    stop(&a);
+}
+
+static void *down_later(void *arg)
+{
+    void **v = arg;
+    usleep(300000);
+    weights_on_node_down(v[0], v[1]);
+    return NULL;
+}
+
+TEST_T(weights_refusals, 120)
+{
+    node a, b;
+    char apath[800], path[1024], outside[800], evil[800], ro[800], ropath[900];
+    mkdir(test_tmpdir(), 0700);
+    snprintf(ro, sizeof ro, "%s/ro", test_tmpdir());
+    mkdir(ro, 0755);
+    snprintf(ropath, sizeof ropath, "%s/r.gguf", ro);
+    snprintf(outside, sizeof outside, "%s/outside.gguf", test_tmpdir());
+    snprintf(apath, sizeof apath, "%s/a/models/m.gguf", test_tmpdir());
+    snprintf(evil, sizeof evil, "%s/a/models/evil.gguf", test_tmpdir());
+    start(&a, "a", NULL, NULL, NULL);
+    stop(&a);
+    write_model(apath);
+    write_model(outside);
+    CHECK_OK(symlink(outside, evil));
+    write_model(ropath);
+    chmod(ro, 0555);
+    start(&a, "a", NULL, NULL, NULL);
+    start(&b, "b", cluster_join_token(a.c), &a, ro);
+    const char *ida = cluster_self_id(a.c);
+    wait_model(&b, ida, "m");
+    wait_model(&b, ida, "evil");
+
+    /* names that are paths never reach the network */
+    const char *bad[] = { "../m", "a/b", ".hidden", "x..y", "" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_INT(weights_ensure(b.w, bad[i], 0, 1, NULL, NULL, NULL, path, sizeof path), ==,
+                  RC_EINVAL);
+        CHECK(strstr(rc_errmsg(), "is not a plain file name"));
+    }
+    CHECK_INT(weights_ensure(b.w, "m", 3, 3, NULL, NULL, NULL, path, sizeof path), ==, RC_EINVAL);
+    CHECK_INT(weights_ensure(b.w, "nosuch", 0, 1, NULL, NULL, NULL, path, sizeof path), ==,
+              RC_ENOTFOUND);
+    CHECK(strstr(rc_errmsg(), "no node in the cluster lists model 'nosuch'"));
+    CHECK_INT(weights_ensure(b.w, "m", 0, 1, "0123456789abcdef0123456789abcdef", NULL, NULL,
+                             path, sizeof path), ==, RC_ENOTFOUND);
+    CHECK(strstr(rc_errmsg(), "is not up or does not list model 'm'"));
+    CHECK_INT(weights_ensure(b.w, "m", 0, 99, NULL, NULL, NULL, path, sizeof path), ==,
+              RC_EINVAL);
+    CHECK(strstr(rc_errmsg(), "not within the model's 8 layers"));
+
+    /* a read-only folder's model is used in place, never copied */
+    CHECK_OK(weights_ensure(b.w, "r", 0, 2, NULL, NULL, NULL, path, sizeof path));
+    CHECK_STR(path, ropath);
+
+    /* A refuses a file that leads out of its models folder */
+    CHECK_INT(weights_ensure(b.w, "evil", 0, 1, NULL, NULL, NULL, path, sizeof path), ==,
+              RC_EINVAL);
+    CHECK(strstr(rc_errmsg(), "outside the models folder"));
+
+    /* a damaged chunk is rejected; what was verified before stays */
+    weights_test_hooks(b.w, 5, 0, 0);
+    CHECK_INT(weights_ensure(b.w, "m", 0, 4, NULL, NULL, NULL, path, sizeof path), ==,
+              RC_EFORMAT);
+    CHECK(strstr(rc_errmsg(), "failed its hash check"));
+    CHECK(strstr(rc_errmsg(), "pulling layers 0-3 of 'm' from node"));
+    char part[900];
+    snprintf(part, sizeof part, "%s/m.gguf.part", b.models);
+    model *m;
+    CHECK_INT(model_load(part, 0, 4, &m), ==, RC_ENOTFOUND);
+    weights_test_hooks(b.w, 0, 0, 0);
+    progress_log pl = { 0 };
+    CHECK_OK(weights_ensure(b.w, "m", 0, 4, NULL, progress, &pl, path, sizeof path));
+    CHECK_STR(path, part);
+    CHECK_OK(model_load(path, 0, 4, &m));
+    model_free(m);
+
+    /* a peer that stops answering: a timeout, or at once when it is
+     * reported down */
+    weights_test_hooks(a.w, 0, 1, 0);
+    weights_test_hooks(b.w, 0, 0, 400);
+    CHECK_INT(weights_ensure(b.w, "m", 4, 8, NULL, NULL, NULL, path, sizeof path), ==, RC_EIO);
+    CHECK(strstr(rc_errmsg(), "did not answer within 400 ms"));
+    weights_test_hooks(b.w, 0, 0, 20000);
+    pthread_t th;
+    void *args[2] = { b.w, (void *)ida };
+    CHECK_OK(pthread_create(&th, NULL, down_later, args));
+    uint64_t t0 = (uint64_t)time(NULL);
+    CHECK_INT(weights_ensure(b.w, "m", 4, 8, NULL, NULL, NULL, path, sizeof path), ==, RC_EIO);
+    CHECK(strstr(rc_errmsg(), "went down"));
+    CHECK_INT((uint64_t)time(NULL) - t0, <, 10);
+    pthread_join(th, NULL);
+    /* ... and when it answers again, the pull completes */
+    weights_test_hooks(a.w, 0, 0, 0);
+    CHECK_OK(weights_ensure(b.w, "m", 4, 8, NULL, NULL, NULL, path, sizeof path));
+    CHECK(!strstr(path, ".part"));
+    CHECK(same_bytes(path, apath));
+    chmod(ro, 0755);
+    stop(&b);
+    stop(&a);
+}
