@@ -46,6 +46,7 @@ typedef struct {
     int min_nodes;                    /* split every model over at least this many nodes
                                          (benchmarks, tests); 0 = as placement decides */
     bool wire_f32;                    /* pipeline hidden states as f32 (default f16) */
+    int idle_unload_s;                /* stop a model idle this long (0: never) */
 } api_config;
 
 void api_config_default(api_config *c);

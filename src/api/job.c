@@ -426,6 +426,14 @@ void job_run(api_server *s, struct evhttp_request *req, const char *path, const 
         reap(j);
     } else {
         j->waiting_load = true;
+        /* A streaming OpenAI client waits for a load (a pipeline across nodes
+         * may pull weights for minutes) with the stream open and SSE comments
+         * every few seconds, so proxies and clients do not time out. */
+        if (j->ar.stream && !srv_is_ollama_path(j->path)) {
+            http_stream_start(j, "text/event-stream");
+            http_stream_raw(j, ": loading the model\n\n");
+            j->t_keepalive_ns = os_now_ns();
+        }
     }
 }
 
@@ -612,6 +620,8 @@ static bool client_closed(api_job *j)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+#define KEEPALIVE_NS (3ull * 1000000000ull)
+
 void job_tick(api_server *s)
 {
     for (api_job *j = s->jobs, *next; j; j = next) {
@@ -631,6 +641,11 @@ void job_tick(api_server *s)
                 j->status = 499;
                 finish_job(j);
             }
+        }
+        if (j->waiting_load && j->started && !j->finished &&
+            os_now_ns() - j->t_keepalive_ns > KEEPALIVE_NS) {
+            http_stream_raw(j, ": loading the model\n\n");
+            j->t_keepalive_ns = os_now_ns();
         }
         reap(j);
     }

@@ -270,7 +270,7 @@ static void *loader_thread(void *arg)
     m->replacing = false;
     snprintf(m->error, sizeof m->error, "%s", msg);
     m->load_s = (double)(os_now_ns() - t0) * 1e-9;
-    m->t_loaded_ns = os_now_ns();
+    m->t_loaded_ns = m->t_used_ns = os_now_ns();
     pthread_mutex_unlock(&r->mu);
     if (r->on_change)
         r->on_change(r->arg);
@@ -432,8 +432,57 @@ void registry_wake(api_model *m)
     pthread_mutex_unlock(&m->mu);
 }
 
+int registry_unload(api_registry *r, api_model *m)
+{
+    pthread_mutex_lock(&r->mu);
+    if (m->state != MODEL_READY || !m->eng) {
+        pthread_mutex_unlock(&r->mu);
+        return rc_fail(RC_ESTATE, "model %s is not loaded", m->name);
+    }
+    engine_stats st;
+    engine_get_stats(m->eng, &st);
+    if (st.n_active || st.n_queued) {
+        pthread_mutex_unlock(&r->mu);
+        return rc_fail(RC_ESTATE, "model %s is busy: %d requests running, %d waiting", m->name,
+                       st.n_active, st.n_queued);
+    }
+    m->state = MODEL_AVAILABLE;
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    if (m->thread_started)
+        pthread_join(m->thread, NULL);
+    m->thread_started = false;
+    unload(m);
+    rc_log(LOG_INFO, "model %s stopped", m->name);
+    if (r->on_change)
+        r->on_change(r->arg);
+    return 0;
+}
+
+void registry_unload_idle(api_registry *r, int idle_s)
+{
+    if (idle_s <= 0)
+        return;
+    uint64_t now = os_now_ns(), idle = (uint64_t)idle_s * 1000000000ull;
+    int n = 0;
+    api_model **list = registry_list(r, &n);
+    for (int i = 0; list && i < n; i++) {
+        api_model *m = list[i];
+        pthread_mutex_lock(&r->mu);
+        bool cand = m->state == MODEL_READY && now - m->t_used_ns >= idle;
+        pthread_mutex_unlock(&r->mu);
+        if (cand && registry_unload(r, m) == 0)
+            rc_log(LOG_INFO, "model %s was idle for %d s", m->name, idle_s);
+    }
+    rc_free(list);
+}
+
 int registry_submit(api_model *m, gen_request *g)
 {
+    m->t_used_ns = os_now_ns();
     int rc = engine_submit(m->eng, g);
     if (rc == 0)
         registry_wake(m);

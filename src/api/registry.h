@@ -57,6 +57,7 @@ typedef struct api_model {
     engine_params ep;
     json_t *plan;              /* where it runs (placement), when in a cluster */
     bool replacing;            /* a broken pipeline is being placed again */
+    uint64_t t_used_ns;        /* last request submitted (or when loaded) */
     /* the engine thread */
     pthread_t thread;
     bool thread_started;
@@ -112,6 +113,15 @@ bool registry_any_loading(api_registry *r);
 /* A snapshot of the list for listing endpoints: *n models, the array is
  * rc_malloc'd (free with rc_free), the models themselves stay valid. */
 api_model **registry_list(api_registry *r, int *n);
+
+/* Stops a READY model with nothing running or queued: its engine (or
+ * pipeline, whose stages end) is freed and it is AVAILABLE again.  0, or
+ * RC_ESTATE with a detail (not loaded, or busy). */
+int registry_unload(api_registry *r, api_model *m);
+
+/* Unloads READY models idle (no request) for idle_s seconds or more;
+ * idle_s <= 0 does nothing.  Call it periodically. */
+void registry_unload_idle(api_registry *r, int idle_s);
 
 /* Submits to a READY model's engine and wakes its thread; engine_submit's
  * return. */

@@ -270,6 +270,53 @@ static int cluster(api_server *s, struct evhttp_request *req)
     return 200;
 }
 
+/* POST /v1/instances {"model"}: starts a model (placing it on the cluster)
+ * without waiting for a request; 202 while it loads, 200 when ready (with
+ * its plan).  POST /v1/instances/stop {"model"}: stops it (409 while it
+ * runs requests). */
+static int instances(api_server *s, struct evhttp_request *req, bool stop, const char *body,
+                     size_t len)
+{
+    api_error e;
+    json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+    const char *name = json_string_value(json_object_get(o, "model"));
+    api_model *m = name ? registry_find(s->reg, name) : NULL;
+    int status;
+    if (!name) {
+        api_fail(&e, 400, "missing_field", "model", "model is required");
+    } else if (!m) {
+        api_fail(&e, 404, "model_not_found", "model", "model '%.200s' not found", name);
+    } else if (stop) {
+        if (registry_unload(s->reg, m)) {
+            api_fail(&e, 409, "model_busy", "model", "%s", rc_errmsg());
+        } else {
+            json_decref(o);
+            http_reply_json(s, req, 200, json_pack("{s:s, s:s}", "model", m->name, "state",
+                                                   state_name(MODEL_AVAILABLE)), NULL, NULL);
+            return 200;
+        }
+    } else {
+        char err[256] = "";
+        registry_load(s->reg, m);
+        int st = registry_state(s->reg, m, err, sizeof err);
+        status = st == MODEL_READY ? 200 : st == MODEL_FAILED ? 500 : 202;
+        if (st == MODEL_FAILED) {
+            api_fail(&e, 500, "model_load_failed", "model", "model '%.200s' failed to load: %s",
+                     m->name, err);
+        } else {
+            json_t *b = json_pack("{s:s, s:s}", "model", m->name, "state", state_name(st));
+            if (b && st == MODEL_READY && m->plan)
+                json_object_set(b, "plan", m->plan);
+            json_decref(o);
+            http_reply_json(s, req, status, b, NULL, NULL);
+            return status;
+        }
+    }
+    json_decref(o);
+    http_reply_error(s, req, false, &e);
+    return e.status;
+}
+
 /* ---- routing ---- */
 
 typedef struct {
@@ -285,6 +332,8 @@ static const route routes[] = {
     { "/api/generate",        EVHTTP_REQ_POST, API_OLLAMA_GENERATE },
     { "/v1/models",           EVHTTP_REQ_GET,  -1 },
     { "/v1/cluster",          EVHTTP_REQ_GET,  -1 },
+    { "/v1/instances",        EVHTTP_REQ_POST, -1 },
+    { "/v1/instances/stop",   EVHTTP_REQ_POST, -1 },
     { "/api/tags",            EVHTTP_REQ_GET,  -1 },
     { "/api/show",            EVHTTP_REQ_POST, -1 },
     { "/api/version",         EVHTTP_REQ_GET,  -1 },
@@ -404,6 +453,8 @@ static void handle(struct evhttp_request *req, void *arg)
         status = metrics(s, req);
     else if (!strcmp(r->path, "/v1/cluster"))
         status = cluster(s, req);
+    else if (!strcmp(r->path, "/v1/instances") || !strcmp(r->path, "/v1/instances/stop"))
+        status = instances(s, req, !strcmp(r->path, "/v1/instances/stop"), data, len);
     else if (!strcmp(r->path, "/v1/models"))
         status = openai_models(s, req, models_one ? path + 11 : NULL);
     else if (!strcmp(r->path, "/api/tags"))
@@ -432,8 +483,10 @@ static void mail_cb(evutil_socket_t fd, short what, void *arg)
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd; (void)what;
-    job_tick(arg);
-    publish_serving(arg);
+    api_server *s = arg;
+    job_tick(s);
+    publish_serving(s);
+    registry_unload_idle(s->reg, s->cfg.idle_unload_s);
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)

@@ -104,6 +104,7 @@ struct api_job {
     api_job *ready_next;
     /* event-loop state */
     bool waiting_load, submitted, engine_done, started, finished;
+    uint64_t t_keepalive_ns;        /* last SSE comment sent while the model loads */
     strbuf text;                    /* the whole answer so far */
     size_t sent;                    /* bytes of text sent as content */
     tok_rec *toks;

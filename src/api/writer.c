@@ -63,6 +63,8 @@ void http_reply_error(api_server *s, struct evhttp_request *req, bool ollama, co
 
 void http_stream_start(api_job *j, const char *content_type)
 {
+    if (j->started)
+        return;                 /* opened early, while the model loaded */
     j->started = true;
     j->status = 200;
     if (!j->req || j->gone)

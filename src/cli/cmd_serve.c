@@ -47,6 +47,8 @@ static void usage(FILE *f)
         "  --access-log FILE|-     JSON lines per request (default '-': standard output)\n"
         "  --no-access-log         no access log\n"
         "  --log-content           also log prompts and answers (off by default)\n"
+        "  --idle-unload S         stop a model (and its pipeline) after S s without requests\n"
+        "                          (default 0: never; POST /v1/instances/stop stops one now)\n"
         "\n"
         "Cluster (docs/cluster.md): every 'racimo serve' is a node.  The first node makes a\n"
         "cluster key and prints a join token ('racimo token' prints it again); nodes started\n"
@@ -197,6 +199,9 @@ int cmd_serve(int argc, char **argv)
                                 "512M, 1.5GiB, 2000000000)\n", val);
                 goto out;
             }
+        } else if (!strcmp(a, "--idle-unload")) {
+            if (want_int(a, val, 0, 100000000, &v)) goto out;
+            cfg.idle_unload_s = (int)v;
         } else if (!strcmp(a, "--min-nodes")) {
             if (want_int(a, val, 0, PIPELINE_MAX_STAGES, &v)) goto out;
             cfg.min_nodes = (int)v;

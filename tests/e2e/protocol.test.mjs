@@ -72,6 +72,38 @@ test('a model that is not loaded loads on first use', async () => {
   } finally { await t.stop(); }
 });
 
+test('instances start and stop explicitly, stop when idle, and streams wait for a load with SSE comments', async () => {
+  const t = await startServer(['--idle-unload', '2'], { preload: false });
+  try {
+    const post = (path, body) => fetch(`${t.url}${path}`, { method: 'POST', body: JSON.stringify(body) });
+    let r = await post('/v1/instances', { model: 'tiny-qwen2' });
+    assert.ok([200, 202].includes(r.status));
+    for (let i = 0; i < 100 && (await (await post('/v1/instances', { model: 'tiny-qwen2' })).json()).state !== 'loaded'; i++)
+      await sleep(100);
+    let ps = await (await fetch(`${t.url}/api/ps`)).json();
+    assert.deepEqual(ps.models.map((m) => m.name), ['tiny-qwen2:latest']);
+    r = await post('/v1/instances/stop', { model: 'tiny-qwen2' });
+    assert.equal(r.status, 200);
+    assert.equal((await r.json()).state, 'available');
+    ps = await (await fetch(`${t.url}/api/ps`)).json();
+    assert.equal(ps.models.length, 0);
+    r = await post('/v1/instances/stop', { model: 'tiny-qwen2' });
+    assert.equal(r.status, 409);
+    assert.match((await r.json()).error.message, /not loaded/);
+    assert.equal((await post('/v1/instances', { model: 'nope' })).status, 404);
+    assert.equal((await post('/v1/instances', {})).status, 400);
+    // a stream for a model that is not loaded opens at once with a comment
+    const out = await curl('-N', `${t.url}/v1/chat/completions`, '-d',
+      JSON.stringify({ model: 'tiny-qwen2', messages: [{ role: 'user', content: 'x' }], max_tokens: 3, stream: true }));
+    assert.ok(out.startsWith(': loading the model\n\n'));
+    assert.ok(out.endsWith('data: [DONE]\n\n'));
+    // idle for 2 s: stopped by itself
+    for (let i = 0; i < 60 && (await (await fetch(`${t.url}/api/ps`)).json()).models.length; i++) await sleep(100);
+    ps = await (await fetch(`${t.url}/api/ps`)).json();
+    assert.equal(ps.models.length, 0);
+  } finally { await t.stop(); }
+});
+
 test('a model file that fails to load gets a 500 naming the problem; others still work', async () => {
   writeFile('broken.gguf', 'GGUF this is not a model');
   const r = await fetch(`${srv.url}/v1/chat/completions`, { method: 'POST',
