@@ -5,7 +5,12 @@
  * cache (after --depth tokens of context, if given); tg = N single-token
  * steps from the same starting point.  Each repetition starts over; the
  * figures are median, min and max over repetitions.  The roof is the triad
- * bandwidth divided by the weight bytes read per generated token. */
+ * bandwidth divided by the weight bytes read per generated token.
+ *
+ * --batch-decode K1,K2,...: for each K, K sequences (each with --depth
+ * tokens of context, at least 1) generate N tokens together, one batch of K
+ * rows per step, as a serving engine's continuous batching does; the figure
+ * is the aggregate rate, K * N tokens over the time of the N steps. */
 #include "cli.h"
 #include "base/err.h"
 #include "base/mem.h"
@@ -24,7 +29,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: racimo bench -m MODEL [-p 512] [-n 128] [-t N] [--reps 5] [-d DEPTH] [--json]\n"
+        "usage: racimo bench -m MODEL [-p 512] [-n 128] [-t N] [--reps 5] [-d DEPTH]\n"
+        "                    [--batch-decode K[,K...]] [--json]\n"
         "\n"
         "  -p N          prompt tokens per prompt-processing run (0 skips)\n"
         "  -n N          tokens per generation run (0 skips)\n"
@@ -32,6 +38,10 @@ static void usage(FILE *f)
         "  -t N          threads (default: physical cores)\n"
         "  -b N          prompt batch size (default: min(p, 512))\n"
         "  --reps N      repetitions (default 5)\n"
+        "  --batch-decode K[,K...]\n"
+        "                also generate -n tokens with K sequences decoding together\n"
+        "                (one K-row batch per step, 1 <= K <= 256), for each K listed;\n"
+        "                reports aggregate tokens/s\n"
         "  --exact       f32 activations (slow reference path)\n"
         "  --json        one JSON object on stdout instead of the table\n");
 }
@@ -56,15 +66,16 @@ static spread summarize(double *v, int n)
     return s;
 }
 
-/* Feeds `n` tokens starting at `pos` in batches of `batch`. */
-static int feed(stage *s, const int32_t *tok, int n, int pos, int batch, int32_t *posbuf,
+/* Feeds `n` tokens of sequence `seq` starting at `pos` in batches of
+ * `batch`. */
+static int feed(stage *s, int seq, const int32_t *tok, int n, int pos, int batch, int32_t *posbuf,
                 int32_t *seqbuf, int8_t *want, float *logits)
 {
     for (int start = 0; start < n; start += batch) {
         int len = n - start < batch ? n - start : batch;
         for (int i = 0; i < len; i++) {
             posbuf[i] = pos + start + i;
-            seqbuf[i] = 0;
+            seqbuf[i] = seq;
             want[i] = i == len - 1;        /* logits of the last row only */
         }
         stage_batch b = { .n_rows = len, .token = tok + start, .pos = posbuf, .seq = seqbuf,
@@ -101,11 +112,71 @@ static double measure_bandwidth(int threads)
     return bw;
 }
 
+enum { MAX_BATCH_DECODE = 256, MAX_BATCH_DECODE_LIST = 16 };
+
+/* "4" or "1,2,4,8" into ks[]; the count, or -1 with a message. */
+static int parse_batch_list(const char *s, long *ks)
+{
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        char item[24];
+        size_t len = strcspn(p, ",");
+        if (n == MAX_BATCH_DECODE_LIST || len == 0 || len >= sizeof item) {
+            fprintf(stderr, "racimo: bench: --batch-decode takes 1 to %d comma-separated "
+                    "counts, got '%s'\n", MAX_BATCH_DECODE_LIST, s);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (cli_parse_int(item, 1, MAX_BATCH_DECODE, &ks[n])) {
+            fprintf(stderr, "racimo: bench: --batch-decode: '%s' is not a count of sequences "
+                    "from 1 to %d\n", item, MAX_BATCH_DECODE);
+            return -1;
+        }
+        n++;
+        if (!p[len])
+            return n;
+        p += len + 1;
+    }
+}
+
+/* K sequences, each after `depth` tokens of its own, generate n tokens
+ * together: n batches of K rows (one per sequence, all wanting logits).
+ * The aggregate rate, K * n over the seconds of the n steps, or a negative
+ * value on error. */
+static double batch_decode(stage *s, int K, const int32_t *tok, size_t n_tok, int depth, int n,
+                           int batch, int32_t *posbuf, int32_t *seqbuf, int8_t *want,
+                           float *logits)
+{
+    for (int j = 0; j < K; j++) {
+        stage_seq_truncate(s, j, 0);
+        if (depth && feed(s, j, tok, depth, 0, batch, posbuf, seqbuf, want, logits))
+            return -1.0;
+    }
+    int32_t *step_tok = posbuf + K;       /* the caller sized posbuf for 2K */
+    uint64_t a = os_now_ns();
+    for (int k = 0; k < n; k++) {
+        for (int j = 0; j < K; j++) {
+            step_tok[j] = tok[((size_t)depth + (size_t)k + 7 * (size_t)j) % n_tok];
+            posbuf[j] = depth + k;
+            seqbuf[j] = j;
+            want[j] = 1;
+        }
+        stage_batch b = { .n_rows = K, .token = step_tok, .pos = posbuf, .seq = seqbuf,
+                          .logits = want };
+        if (stage_forward(s, &b, NULL, logits, NULL))
+            return -1.0;
+    }
+    return (double)K * n / ((double)(os_now_ns() - a) * 1e-9);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
     long p = 512, n = 128, reps = 5, depth = 0, batch = 0, threads = cli_default_threads();
-    int json = 0, exact = 0, rc = 1;
+    int json = 0, exact = 0, rc = 1, n_bd = 0;
+    long bd[MAX_BATCH_DECODE_LIST], max_k = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -114,6 +185,13 @@ int cmd_bench(int argc, char **argv)
         else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) { path = argv[++i]; continue; }
         else if (!strcmp(a, "--json")) { json = 1; continue; }
         else if (!strcmp(a, "--exact")) { exact = 1; continue; }
+        else if (!strcmp(a, "--batch-decode") && has) {
+            if ((n_bd = parse_batch_list(argv[++i], bd)) < 0) {
+                usage(stderr);
+                return 2;
+            }
+            continue;
+        }
         else if (!strcmp(a, "-p")) num = &p;
         else if (!strcmp(a, "-n")) num = &n;
         else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) num = &depth;
@@ -132,6 +210,11 @@ int cmd_bench(int argc, char **argv)
     }
     if (!batch)
         batch = p > 0 ? (p < 512 ? p : 512) : 1;
+    for (int i = 0; i < n_bd; i++)
+        if (bd[i] > max_k)
+            max_k = bd[i];
+    /* one batch of the stage holds a prompt chunk or a decode step */
+    long n_batch = batch > max_k ? batch : max_k;
 
     tensor_kernels_init();
     double bw = measure_bandwidth((int)threads);
@@ -141,7 +224,8 @@ int cmd_bench(int argc, char **argv)
     int32_t *tok = NULL, *posbuf = NULL, *seqbuf = NULL;
     int8_t *want = NULL;
     float *logits = NULL;
-    double *pp_rate = NULL, *tg_rate = NULL;
+    double *pp_rate = NULL, *tg_rate = NULL, *bd_rate = NULL;
+    spread bd_spread[MAX_BATCH_DECODE_LIST];
     uint64_t t0 = os_now_ns();
     if (model_load(path, 0, -1, &m)) {
         rc = cli_error(NULL);
@@ -158,7 +242,8 @@ int cmd_bench(int argc, char **argv)
     }
     double load_s = (double)(os_now_ns() - t0) * 1e-9;
     int ctx = (int)(depth + (p > n ? p : n) + 1);
-    stage_params sp = { .n_ctx = ctx, .n_seq = 1, .n_batch = (int)batch, .n_threads = (int)threads,
+    stage_params sp = { .n_ctx = ctx, .n_seq = (int)max_k, .n_batch = (int)n_batch,
+                        .n_threads = (int)threads,
                         .precision = exact ? MATMUL_EXACT : MATMUL_FAST };
     if (stage_new(m, &sp, &s)) {
         rc = cli_error(NULL);
@@ -167,13 +252,14 @@ int cmd_bench(int argc, char **argv)
     const int V = m->hp.n_vocab;
     size_t n_tok = (size_t)(depth + (p > n ? p : n) + 1);
     tok = rc_mallocarray(n_tok, sizeof *tok);
-    posbuf = rc_mallocarray((size_t)batch, sizeof *posbuf);
-    seqbuf = rc_mallocarray((size_t)batch, sizeof *seqbuf);
-    want = rc_mallocarray((size_t)batch, sizeof *want);
-    logits = rc_mallocarray((size_t)V, sizeof *logits);
+    posbuf = rc_mallocarray(2 * (size_t)n_batch, sizeof *posbuf);
+    seqbuf = rc_mallocarray((size_t)n_batch, sizeof *seqbuf);
+    want = rc_mallocarray((size_t)n_batch, sizeof *want);
+    logits = rc_mallocarray((size_t)V * (size_t)max_k, sizeof *logits);
     pp_rate = rc_calloc((size_t)reps, sizeof *pp_rate);
     tg_rate = rc_calloc((size_t)reps, sizeof *tg_rate);
-    if (!tok || !posbuf || !seqbuf || !want || !logits || !pp_rate || !tg_rate) {
+    bd_rate = rc_calloc((size_t)reps, sizeof *bd_rate);
+    if (!tok || !posbuf || !seqbuf || !want || !logits || !pp_rate || !tg_rate || !bd_rate) {
         fprintf(stderr, "racimo: bench: out of memory\n");
         goto done;
     }
@@ -185,24 +271,33 @@ int cmd_bench(int argc, char **argv)
     for (int rep = 0; rep < reps; rep++) {
         if (p > 0) {
             stage_seq_truncate(s, 0, 0);
-            if (depth && feed(s, tok, (int)depth, 0, (int)batch, posbuf, seqbuf, want, logits))
+            if (depth && feed(s, 0, tok, (int)depth, 0, (int)batch, posbuf, seqbuf, want, logits))
                 goto fail;
             uint64_t a = os_now_ns();
-            if (feed(s, tok + depth, (int)p, (int)depth, (int)batch, posbuf, seqbuf, want, logits))
+            if (feed(s, 0, tok + depth, (int)p, (int)depth, (int)batch, posbuf, seqbuf, want, logits))
                 goto fail;
             pp_rate[rep] = (double)p / ((double)(os_now_ns() - a) * 1e-9);
         }
         if (n > 0) {
             stage_seq_truncate(s, 0, 0);
-            if (depth && feed(s, tok, (int)depth, 0, (int)batch, posbuf, seqbuf, want, logits))
+            if (depth && feed(s, 0, tok, (int)depth, 0, (int)batch, posbuf, seqbuf, want, logits))
                 goto fail;
             uint64_t a = os_now_ns();
             for (int k = 0; k < n; k++)
-                if (feed(s, tok + depth + k, 1, (int)depth + k, 1, posbuf, seqbuf, want, logits))
+                if (feed(s, 0, tok + depth + k, 1, (int)depth + k, 1, posbuf, seqbuf, want, logits))
                     goto fail;
             tg_rate[rep] = (double)n / ((double)(os_now_ns() - a) * 1e-9);
         }
     }
+    for (int i = 0; i < n_bd && n > 0; i++) {
+        for (int rep = 0; rep < reps; rep++)
+            if ((bd_rate[rep] = batch_decode(s, (int)bd[i], tok, n_tok, (int)depth, (int)n,
+                                             (int)batch, posbuf, seqbuf, want, logits)) < 0)
+                goto fail;
+        bd_spread[i] = summarize(bd_rate, (int)reps);
+    }
+    if (n <= 0)
+        n_bd = 0;
     spread pp = summarize(pp_rate, p > 0 ? (int)reps : 0);
     spread tg = summarize(tg_rate, n > 0 ? (int)reps : 0);
     uint64_t per_tok = model_decode_bytes(m);
@@ -217,11 +312,20 @@ int cmd_bench(int argc, char **argv)
                "\"tg_tokens_per_s\": %.3f, \"tg_tokens_per_s_min\": %.3f, \"tg_tokens_per_s_max\": %.3f, "
                "\"load_s\": %.3f, \"peak_rss_bytes\": %.0f, \"kv_cache_bytes\": %zu, "
                "\"mem_bandwidth_bytes_per_s\": %.0f, \"weight_bytes_per_token\": %llu, "
-               "\"tg_roof_tokens_per_s\": %.3f, \"tg_fraction_of_roof\": %.4f}\n",
+               "\"tg_roof_tokens_per_s\": %.3f, \"tg_fraction_of_roof\": %.4f",
                name, (unsigned long long)f->size_bytes, threads, depth, p, n, reps,
                pp.median, pp.min, pp.max, tg.median, tg.min, tg.max, load_s, rss,
                kv_cache_bytes(stage_kv(s)), bw, (unsigned long long)per_tok, roof,
                roof > 0 ? tg.median / roof : 0.0);
+        if (n_bd) {
+            printf(", \"batch_decode\": [");
+            for (int i = 0; i < n_bd; i++)
+                printf("%s{\"sequences\": %ld, \"tokens_per_s\": %.3f, \"tokens_per_s_min\": %.3f, "
+                       "\"tokens_per_s_max\": %.3f}", i ? ", " : "", bd[i], bd_spread[i].median,
+                       bd_spread[i].min, bd_spread[i].max);
+            printf("]");
+        }
+        printf("}\n");
     } else {
         printf("model %s (%.1f MiB, %s, %d layers), %ld threads, depth %ld\n", name,
                (double)f->size_bytes / 1048576.0, m->hp.arch_name, m->hp.n_layer, threads, depth);
@@ -231,6 +335,10 @@ int cmd_bench(int argc, char **argv)
         if (n > 0)
             printf("tg%-5ld %9.2f tokens/s  (min %.2f, max %.2f, %ld reps)\n", n, tg.median, tg.min,
                    tg.max, reps);
+        for (int i = 0; i < n_bd; i++)
+            printf("tg%-5ld x%-3ld %9.2f tokens/s  (all sequences; min %.2f, max %.2f; %.2fx tg)\n",
+                   n, bd[i], bd_spread[i].median, bd_spread[i].min, bd_spread[i].max,
+                   tg.median > 0 ? bd_spread[i].median / tg.median : 0.0);
         printf("load %.2f s, peak resident %.1f MiB (KV cache %.1f MiB)\n", load_s, rss / 1048576.0,
                (double)kv_cache_bytes(stage_kv(s)) / 1048576.0);
         printf("memory bandwidth %.2f GB/s (triad); %.1f MiB of weights per token; "
@@ -245,6 +353,6 @@ done:
     stage_free(s);
     model_free(m);
     rc_free(tok); rc_free(posbuf); rc_free(seqbuf); rc_free(want); rc_free(logits);
-    rc_free(pp_rate); rc_free(tg_rate);
+    rc_free(pp_rate); rc_free(tg_rate); rc_free(bd_rate);
     return rc;
 }

@@ -2,6 +2,8 @@
  * Asks a node's GET /v1/cluster (libevent's HTTP client) and prints the
  * nodes, links and leader as tables, or the JSON itself with --json. */
 #include "cli.h"
+#include "cli_http.h"
+#include "base/mem.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -9,10 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/buffer.h>
-#include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 
 static void usage(FILE *f)
 {
@@ -27,69 +25,6 @@ static void usage(FILE *f)
         "  --port P        its HTTP port (default 8080)\n"
         "  --json          print the JSON of GET /v1/cluster instead of tables\n"
         "  --api-key KEY   when the node requires one (default $RACIMO_API_KEY)\n");
-}
-
-typedef struct {
-    int status;
-    char *body;
-    size_t len;
-    const char *error;
-    struct event_base *base;
-} reply;
-
-static void on_done(struct evhttp_request *req, void *arg)
-{
-    reply *r = arg;
-    if (!req) {
-        r->error = "no answer (is 'racimo serve' running there?)";
-    } else {
-        r->status = evhttp_request_get_response_code(req);
-        if (r->status == 0)
-            r->error = "connection failed (is 'racimo serve' running there?)";
-        struct evbuffer *b = evhttp_request_get_input_buffer(req);
-        size_t n = b ? evbuffer_get_length(b) : 0;
-        if ((r->body = malloc(n + 1))) {
-            if (n)
-                evbuffer_remove(b, r->body, n);
-            r->body[n] = 0;
-            r->len = n;
-        }
-    }
-    event_base_loopexit(r->base, NULL);
-}
-
-static int fetch(const char *host, int port, const char *key, reply *r)
-{
-    struct event_base *base = event_base_new();
-    struct evhttp_connection *conn = base ? evhttp_connection_base_new(base, NULL, host, (ev_uint16_t)port) : NULL;
-    struct evhttp_request *req = conn ? evhttp_request_new(on_done, r) : NULL;
-    if (!req) {
-        if (conn)
-            evhttp_connection_free(conn);
-        if (base)
-            event_base_free(base);
-        r->error = "out of memory";
-        return -1;
-    }
-    r->base = base;
-    evhttp_connection_set_timeout(conn, 10);
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    char hostport[300], auth[512];
-    snprintf(hostport, sizeof hostport, "%s:%d", host, port);
-    evhttp_add_header(h, "Host", hostport);
-    evhttp_add_header(h, "Accept", "application/json");
-    if (key && *key) {
-        snprintf(auth, sizeof auth, "Bearer %s", key);
-        evhttp_add_header(h, "Authorization", auth);
-    }
-    int rc = evhttp_make_request(conn, req, EVHTTP_REQ_GET, "/v1/cluster");
-    if (rc == 0)
-        event_base_dispatch(base);
-    else
-        r->error = "cannot send the request";
-    evhttp_connection_free(conn);
-    event_base_free(base);
-    return r->error ? -1 : 0;
 }
 
 static const char *str(json_t *o, const char *k)
@@ -214,10 +149,12 @@ int cmd_nodes(int argc, char **argv)
             return 2;
         }
     }
-    reply r = { 0 };
+    cli_http_reply r = { 0 };
     int rc = 1;
-    if (fetch(host, (int)port, key, &r)) {
-        fprintf(stderr, "racimo: nodes: http://%s:%ld/v1/cluster: %s\n", host, port, r.error);
+    char url[300], why[400];
+    snprintf(url, sizeof url, "%s:%ld", host, port);
+    if (cli_http("GET", url, "/v1/cluster", key, NULL, 10, &r, why, sizeof why)) {
+        fprintf(stderr, "racimo: nodes: %s\n", why);
         goto out;
     }
     if (r.status != 200) {
@@ -246,6 +183,6 @@ int cmd_nodes(int argc, char **argv)
     }
     json_decref(s);
 out:
-    free(r.body);
+    rc_free(r.body);
     return rc;
 }

@@ -7,6 +7,7 @@
  * and expected speed, or by how much it does not fit and what would.
  * Exit status: 0 fits, 1 does not fit (or an error), 2 usage. */
 #include "cli.h"
+#include "cli_http.h"
 #include "base/err.h"
 #include "base/mem.h"
 #include "cluster/cluster.h"
@@ -23,10 +24,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
-#include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 
 #define MAX_NODES 64
 #define DEFAULT_URL "http://127.0.0.1:8080"
@@ -60,81 +57,15 @@ static void usage(FILE *f)
 
 /* ---- GET /v1/cluster ---- */
 
-typedef struct {
-    int status;
-    char *body;
-    size_t len;
-    const char *error;
-    struct event_base *base;
-} reply;
-
-static void on_done(struct evhttp_request *req, void *arg)
-{
-    reply *r = arg;
-    if (!req || evhttp_request_get_response_code(req) == 0) {
-        r->error = "nothing answers there (is 'racimo serve' running?)";
-    } else {
-        r->status = evhttp_request_get_response_code(req);
-        struct evbuffer *b = evhttp_request_get_input_buffer(req);
-        size_t n = b ? evbuffer_get_length(b) : 0;
-        if ((r->body = rc_malloc(n + 1))) {
-            if (n)
-                evbuffer_remove(b, r->body, n);
-            r->body[n] = 0;
-            r->len = n;
-        }
-    }
-    event_base_loopexit(r->base, NULL);
-}
-
 static int get_view(const char *url, const char *key, int timeout_s, json_t **view, char *err,
                     size_t cap)
 {
     *view = NULL;
-    char full[300];
-    if (!strstr(url, "://")) {     /* HOST:PORT alone */
-        snprintf(full, sizeof full, "http://%.280s", url);
-        url = full;
-    }
-    struct evhttp_uri *u = evhttp_uri_parse(url);
-    const char *scheme = u ? evhttp_uri_get_scheme(u) : NULL;
-    const char *host = u ? evhttp_uri_get_host(u) : NULL;
-    if (!u || !scheme || strcmp(scheme, "http") || !host || !*host) {
-        snprintf(err, cap, "'%.200s' is not an http://HOST:PORT address", url);
-        if (u)
-            evhttp_uri_free(u);
+    cli_http_reply r;
+    if (cli_http("GET", url, "/v1/cluster", key, NULL, timeout_s, &r, err, cap))
         return -1;
-    }
-    int port = evhttp_uri_get_port(u) > 0 ? evhttp_uri_get_port(u) : 80;
-    reply r = { 0 };
-    struct event_base *base = event_base_new();
-    struct evhttp_connection *conn =
-        base ? evhttp_connection_base_new(base, NULL, host, (ev_uint16_t)port) : NULL;
-    struct evhttp_request *req = conn ? evhttp_request_new(on_done, &r) : NULL;
     int rc = -1;
-    if (!req) {
-        snprintf(err, cap, "out of memory");
-        goto out;
-    }
-    r.base = base;
-    evhttp_connection_set_timeout(conn, timeout_s);
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    char hostport[300], auth[512];
-    snprintf(hostport, sizeof hostport, "%s:%d", host, port);
-    evhttp_add_header(h, "Host", hostport);
-    evhttp_add_header(h, "Accept", "application/json");
-    if (key && *key) {
-        snprintf(auth, sizeof auth, "Bearer %s", key);
-        evhttp_add_header(h, "Authorization", auth);
-    }
-    if (evhttp_make_request(conn, req, EVHTTP_REQ_GET, "/v1/cluster")) {
-        snprintf(err, cap, "cannot send the request");
-        goto out;
-    }
-    event_base_dispatch(base);
-    if (r.error) {
-        snprintf(err, cap, "%s", r.error);
-    } else if (r.status != 200) {
+    if (r.status != 200) {
         snprintf(err, cap, "GET /v1/cluster answered %d%s%.200s", r.status, r.len ? ": " : "",
                  r.body ? r.body : "");
     } else {
@@ -151,12 +82,6 @@ static int get_view(const char *url, const char *key, int timeout_s, json_t **vi
             *view = NULL;
         }
     }
-out:
-    if (conn)
-        evhttp_connection_free(conn);
-    if (base)
-        event_base_free(base);
-    evhttp_uri_free(u);
     rc_free(r.body);
     return rc;
 }

@@ -91,6 +91,14 @@ test('instances start and stop explicitly, stop when idle, and streams wait for 
     assert.equal(r.status, 409);
     assert.match((await r.json()).error.message, /not loaded/);
     assert.equal((await post('/v1/instances', { model: 'nope' })).status, 404);
+    // the same through the CLI
+    const cli = async (...a) => (await run(process.env.RACIMO_BIN, ['instances', ...a, '--url', t.url])).stdout;
+    assert.match(await cli('start', 'tiny-qwen2'), /^tiny-qwen2: loaded/);
+    assert.match(await cli(), /^tiny-qwen2  loaded/m);
+    assert.match(await cli('stop', 'tiny-qwen2'), /^tiny-qwen2: stopped/);
+    assert.match(await cli(), /no model is loaded/);
+    await assert.rejects(run(process.env.RACIMO_BIN, ['instances', 'stop', 'tiny-qwen2', '--url', t.url]),
+      (e) => /not loaded/.test(e.stderr));
     assert.equal((await post('/v1/instances', {})).status, 400);
     // a stream for a model that is not loaded opens at once with a comment
     const out = await curl('-N', `${t.url}/v1/chat/completions`, '-d',

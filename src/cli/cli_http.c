@@ -1,0 +1,105 @@
+/* cli_http.c - one HTTP request to a running node. */
+#include "cli_http.h"
+#include "base/mem.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+typedef struct {
+    cli_http_reply *r;
+    const char *error;
+    struct event_base *base;
+} pending;
+
+static void on_done(struct evhttp_request *req, void *arg)
+{
+    pending *p = arg;
+    if (!req || evhttp_request_get_response_code(req) == 0) {
+        p->error = "nothing answers there (is 'racimo serve' running?)";
+    } else {
+        p->r->status = evhttp_request_get_response_code(req);
+        struct evbuffer *b = evhttp_request_get_input_buffer(req);
+        size_t n = b ? evbuffer_get_length(b) : 0;
+        if ((p->r->body = rc_malloc(n + 1))) {
+            if (n)
+                evbuffer_remove(b, p->r->body, n);
+            p->r->body[n] = 0;
+            p->r->len = n;
+        } else {
+            p->error = "out of memory";
+        }
+    }
+    event_base_loopexit(p->base, NULL);
+}
+
+int cli_http(const char *method, const char *url, const char *path, const char *key,
+             const char *body, int timeout_s, cli_http_reply *r, char *err, size_t cap)
+{
+    memset(r, 0, sizeof *r);
+    char full[300];
+    if (!strstr(url, "://")) {     /* HOST:PORT alone */
+        snprintf(full, sizeof full, "http://%.280s", url);
+        url = full;
+    }
+    struct evhttp_uri *u = evhttp_uri_parse(url);
+    const char *scheme = u ? evhttp_uri_get_scheme(u) : NULL;
+    const char *host = u ? evhttp_uri_get_host(u) : NULL;
+    if (!u || !scheme || strcmp(scheme, "http") || !host || !*host) {
+        snprintf(err, cap, "'%.200s' is not an http://HOST:PORT address", url);
+        if (u)
+            evhttp_uri_free(u);
+        return -1;
+    }
+    int port = evhttp_uri_get_port(u) > 0 ? evhttp_uri_get_port(u) : 80;
+    pending p = { .r = r };
+    struct event_base *base = event_base_new();
+    struct evhttp_connection *conn =
+        base ? evhttp_connection_base_new(base, NULL, host, (ev_uint16_t)port) : NULL;
+    struct evhttp_request *req = conn ? evhttp_request_new(on_done, &p) : NULL;
+    int rc = -1;
+    if (!req) {
+        snprintf(err, cap, "out of memory");
+        goto out;
+    }
+    p.base = base;
+    evhttp_connection_set_timeout(conn, timeout_s);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    char hostport[300], auth[512];
+    snprintf(hostport, sizeof hostport, "%s:%d", host, port);
+    evhttp_add_header(h, "Host", hostport);
+    evhttp_add_header(h, "Accept", "application/json");
+    if (key && *key) {
+        snprintf(auth, sizeof auth, "Bearer %s", key);
+        evhttp_add_header(h, "Authorization", auth);
+    }
+    if (body) {
+        evhttp_add_header(h, "Content-Type", "application/json");
+        evbuffer_add(evhttp_request_get_output_buffer(req), body, strlen(body));
+    }
+    enum evhttp_cmd_type cmd = !strcmp(method, "POST") ? EVHTTP_REQ_POST : EVHTTP_REQ_GET;
+    if (evhttp_make_request(conn, req, cmd, path)) {
+        snprintf(err, cap, "cannot send the request");
+        goto out;
+    }
+    event_base_dispatch(base);
+    if (p.error)
+        snprintf(err, cap, "%s: %s", url, p.error);
+    else
+        rc = 0;
+out:
+    if (conn)
+        evhttp_connection_free(conn);
+    if (base)
+        event_base_free(base);
+    evhttp_uri_free(u);
+    if (rc) {
+        rc_free(r->body);
+        r->body = NULL;
+    }
+    return rc;
+}

@@ -1,0 +1,21 @@
+/* cli_http.h - one HTTP request from a command to a running node
+ * (libevent's HTTP client), for `racimo nodes`, `plan` and `instances`. */
+#ifndef RC_CLI_HTTP_H
+#define RC_CLI_HTTP_H
+
+#include <stddef.h>
+
+typedef struct {
+    int status;       /* HTTP status */
+    char *body;       /* NUL-terminated; rc_free it */
+    size_t len;
+} cli_http_reply;
+
+/* Sends `method` ("GET" or "POST") for `path` to `url` ("http://HOST:PORT"
+ * or "HOST:PORT"), with a bearer key when given and a JSON body (may be
+ * NULL).  0 with *r filled whatever the status; -1 with err naming what went
+ * wrong (a bad address, nothing answering, a timeout). */
+int cli_http(const char *method, const char *url, const char *path, const char *key,
+             const char *body, int timeout_s, cli_http_reply *r, char *err, size_t cap);
+
+#endif
