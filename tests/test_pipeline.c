@@ -45,7 +45,7 @@ static void start(node *n, const char *name, const char *token, const node *peer
     cfg.name = name;
     cfg.no_discovery = true;
     cfg.heartbeat_ms = 100;
-    cfg.down_after_ms = 600;
+    cfg.down_after_ms = 3000;
     cfg.bench = 0;
     cfg.models_dir = n->models;
     CHECK_OK(cluster_new(&cfg, &n->c, NULL));

@@ -47,6 +47,8 @@ typedef struct {
                                          (benchmarks, tests); 0 = as placement decides */
     bool wire_f32;                    /* pipeline hidden states as f32 (default f16) */
     int idle_unload_s;                /* stop a model idle this long (0: never) */
+    struct weights *weights;          /* with a cluster: a model only other nodes have is
+                                         pulled (its head, then what this node runs) */
 } api_config;
 
 void api_config_default(api_config *c);

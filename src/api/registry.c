@@ -5,6 +5,8 @@
  */
 #include "registry.h"
 #include "placed.h"
+#include "cluster/cluster.h"
+#include "cluster/weights.h"
 #include "tool_calls.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -52,6 +54,17 @@ static api_model *find_locked(api_registry *r, const char *name, size_t len)
     return NULL;
 }
 
+static int grow_locked(api_registry *r)
+{
+    int cap = r->cap_models ? r->cap_models * 2 : 16;
+    api_model **nm = rc_realloc(r->models, (size_t)cap * sizeof *nm);
+    if (!nm)
+        return RC_ENOMEM;
+    r->models = nm;
+    r->cap_models = cap;
+    return 0;
+}
+
 /* Adds a file as a model unless its name is taken; 0 or RC_ENOMEM. */
 static int add_file(api_registry *r, const char *path, bool read_only, bool preload)
 {
@@ -73,14 +86,8 @@ static int add_file(api_registry *r, const char *path, bool read_only, bool prel
     }
     if (r->n_models >= MAX_MODELS)
         return 0;
-    if (r->n_models == r->cap_models) {
-        int cap = r->cap_models ? r->cap_models * 2 : 16;
-        api_model **nm = rc_realloc(r->models, (size_t)cap * sizeof *nm);
-        if (!nm)
-            return RC_ENOMEM;
-        r->models = nm;
-        r->cap_models = cap;
-    }
+    if (r->n_models == r->cap_models && grow_locked(r))
+        return RC_ENOMEM;
     if (!(m = rc_calloc(1, sizeof *m)))
         return RC_ENOMEM;
     m->name = rc_strndup(base, len);
@@ -101,6 +108,61 @@ static int add_file(api_registry *r, const char *path, bool read_only, bool prel
     pthread_cond_init(&m->cv, NULL);
     r->models[r->n_models++] = m;
     return 0;
+}
+
+/* A model no folder here has but a node of the cluster lists: an entry
+ * whose load pulls the file's head (and then what this node runs). */
+static api_model *add_remote(api_registry *r, const char *name, size_t len)
+{
+    if (!r->cfg.cluster || !r->cfg.weights || len == 0 || len > 200)
+        return NULL;
+    char want[256];
+    snprintf(want, sizeof want, "%.*s", (int)len, name);
+    json_t *view = cluster_snapshot(r->cfg.cluster), *n, *m;
+    size_t i, j;
+    const char *where = NULL;
+    uint64_t size = 0;
+    json_array_foreach(json_object_get(view, "nodes"), i, n) {
+        const char *st = json_string_value(json_object_get(n, "state"));
+        if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")))
+            continue;
+        json_array_foreach(json_object_get(n, "models"), j, m) {
+            const char *mn = json_string_value(json_object_get(m, "name"));
+            if (mn && !strcmp(mn, want) && !where) {
+                where = json_string_value(json_object_get(n, "name"));
+                size = (uint64_t)json_integer_value(json_object_get(m, "size_bytes"));
+            }
+        }
+    }
+    api_model *am = NULL;
+    if (where) {
+        char path[512];
+        snprintf(path, sizeof path, "node %s:%s.gguf", where, want);
+        pthread_mutex_lock(&r->mu);
+        if (!find_locked(r, want, strlen(want)) && r->n_models < MAX_MODELS &&
+            (r->n_models < r->cap_models || grow_locked(r) == 0) &&
+            (am = rc_calloc(1, sizeof *am))) {
+            am->name = rc_strdup(want);
+            am->path = rc_strdup(path);
+            am->size_bytes = size;
+            am->remote = true;
+            am->reg = r;
+            am->tool_marker = -1;
+            pthread_mutex_init(&am->mu, NULL);
+            pthread_cond_init(&am->cv, NULL);
+            if (!am->name || !am->path) {
+                rc_free(am->name);
+                rc_free(am->path);
+                rc_free(am);
+                am = NULL;
+            } else {
+                r->models[r->n_models++] = am;
+            }
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    json_decref(view);
+    return am;
 }
 
 static void scan_dir(api_registry *r, const char *dir, bool read_only)
@@ -216,13 +278,21 @@ static void *engine_thread(void *arg)
 static int load_model(api_registry *r, api_model *m)
 {
     int rc;
+    const char *path = m->path;
+    if (m->remote) {
+        /* the head of the file only: tokenizer, template, sizes */
+        if ((rc = weights_ensure(r->cfg.weights, m->name, 0, 0, NULL, NULL, NULL, m->local_path,
+                                 sizeof m->local_path)))
+            return rc;
+        path = m->local_path;
+    }
     /* First without weights: the tokenizer and the sizes decide where it
      * runs; only a model that runs here maps its weights. */
-    if ((rc = lm_open(&m->lm, m->path, false, r->template_override)))
+    if ((rc = lm_open(&m->lm, path, false, r->template_override)))
         return rc;
     model_hparams hp;
     if ((rc = model_read_hparams(m->lm.file, &hp)))
-        return rc_wrap(rc, "%s: ", m->path);
+        return rc_wrap(rc, "%s: ", path);
     m->tool_format = tool_format_detect(m->lm.template_src);
     m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]") : -1;
     m->ep = r->cfg.engine;
@@ -234,7 +304,12 @@ static int load_model(api_registry *r, api_model *m)
         return rc;
     if (!m->eng) {
         lm_close(&m->lm);
-        if ((rc = lm_open(&m->lm, m->path, true, r->template_override)))
+        /* it runs here alone: a model from another node is copied whole */
+        if (m->remote &&
+            (rc = weights_ensure(r->cfg.weights, m->name, 0, -1, NULL, NULL, NULL, m->local_path,
+                                 sizeof m->local_path)))
+            return rc;
+        if ((rc = lm_open(&m->lm, path, true, r->template_override)))
             return rc;
         m->tool_format = tool_format_detect(m->lm.template_src);
         m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]") : -1;
@@ -400,8 +475,10 @@ api_model *registry_find(api_registry *r, const char *name)
         pthread_mutex_lock(&r->mu);
         api_model *m = find_locked(r, name, len);
         pthread_mutex_unlock(&r->mu);
-        if (m || pass)
+        if (m)
             return m;
+        if (pass)
+            return add_remote(r, name, len);
         registry_rescan(r);
     }
     return NULL;

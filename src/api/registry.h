@@ -57,6 +57,9 @@ typedef struct api_model {
     engine_params ep;
     json_t *plan;              /* where it runs (placement), when in a cluster */
     bool replacing;            /* a broken pipeline is being placed again */
+    bool remote;               /* known from another node: pulled on load (path names
+                                  the node; local_path is the copy) */
+    char local_path[1200];     /* loader thread only */
     uint64_t t_used_ns;        /* last request submitted (or when loaded) */
     /* the engine thread */
     pthread_t thread;
@@ -79,6 +82,7 @@ typedef struct {
     struct pipeline *pipeline; /* with cluster: for models placed across nodes */
     int min_nodes;             /* placement option: at least this many stages */
     bool wire_f32;             /* pipeline hidden states as f32 */
+    struct weights *weights;   /* with cluster: pulls models other nodes have */
 } registry_config;
 
 typedef struct api_registry api_registry;

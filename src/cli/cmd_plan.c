@@ -306,7 +306,7 @@ int cmd_plan(int argc, char **argv)
         const char *ask = url ? url : DEFAULT_URL;
         if (get_view(ask, key, url ? 10 : 3, &view, err, sizeof err)) {
             if (url) {
-                fprintf(stderr, "racimo: plan: %s: %s\n", url, err);
+                fprintf(stderr, "racimo: plan: %s\n", err);
                 goto out;
             }
             /* nobody to ask: this machine alone (measuring its bandwidth once) */

@@ -283,6 +283,7 @@ int cmd_serve(int argc, char **argv)
         }
         if (pipe)
             pipeline_set_weights(pipe, wts);
+        cfg.weights = wts;
         cfg.pipeline = pipe;
     }
     api_server *s;

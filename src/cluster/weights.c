@@ -803,8 +803,8 @@ static int do_pull(weights *w, pull *p, int first, int last, const char *part, c
         rc = rc_fail(RC_ENOMEM, "out of memory planning a pull");
         goto done;
     }
-    if ((rc = model_tensor_needs(f, first, last, need)))
-        goto done;
+    if (first != last && (rc = model_tensor_needs(f, first, last, need)))
+        goto done;                         /* first == last: the head alone */
     n = 0;
     for (uint64_t i = 0; i < f->n_tensors && !rc; i++)
         if (need[i])
@@ -864,8 +864,8 @@ int weights_ensure(weights *w, const char *model_name, int first, int last, cons
     int rc;
     if (!model_name || (rc = check_name(model_name)))
         return model_name ? rc : rc_fail(RC_EINVAL, "no model name");
-    if (first < 0 || (last >= 0 && last <= first))
-        return rc_fail(RC_EINVAL, "layer range [%d, %d) of model '%s' is empty or negative",
+    if (first < 0 || (last >= 0 && last < first))
+        return rc_fail(RC_EINVAL, "layer range [%d, %d) of model '%s' is negative",
                        first, last, model_name);
     pthread_mutex_lock(&w->ensure_mu);
     if ((size_t)snprintf(final, sizeof final, "%s/%s.gguf", w->models_dir, model_name) >=

@@ -52,7 +52,8 @@ void weights_free(weights *w);
  * bytes received so far, bytes this call fetches in all, mean rate. */
 typedef void (*weights_progress_fn)(void *ud, uint64_t done, uint64_t total, double bytes_per_s);
 
-/* Makes layers [first, last) (last = -1: all) of model_name loadable
+/* Makes layers [first, last) (last = -1: all; first == last: only the
+ * file's head, for a node that needs the tokenizer and sizes) of model_name loadable
  * locally and writes the path to load them from into path_out: an existing
  * NAME.gguf in the models folder or a read-only folder, else the pulled
  * copy (NAME.gguf when complete, NAME.gguf.part with its manifest when not).

@@ -125,6 +125,12 @@ if [ -f "$T/n4/models/$MODEL.gguf.ranges" ] && [ "$used" -gt 0 ] && [ "$used" -l
   ok "node 4, without the file, pulled only its layers' bytes from a peer ($used of $msize bytes, sparse, with a manifest)"
 else bad "weight pull: $part uses $used of $msize bytes"; fi
 
+# a request to node 4 for a model only other nodes have: it pulls the file's
+# head (tokenizer, sizes), places the model and answers through itself
+got=$(complete 10.77.0.4 "$P-n4" "${PROMPTS[1]}" 24)
+if [ "$got" = "${REF[1]}" ]; then ok "a node without the model file answers a request for it (the same text)"
+else bad "node 4 without the file: $got"; fi
+
 # concurrent requests over 4 stages (micro-batches in flight) stay exact
 pids=()
 for k in 0 1 2; do complete 10.77.0.1 "$P-n1" "${PROMPTS[$k]}" 24 >"$T/conc$k" & pids+=($!); done
@@ -192,13 +198,13 @@ size=$(stat -c %s "$T/big.gguf")
 limit=$(( size * 65 / 100 ))
 offer=$(( limit - 160 * 1048576 ))   # room for code, stacks, heaps and buffers
 for i in 1 2 9; do ln "$T/big.gguf" "$T/n$i/models/big.gguf"; done
-kill -9 "$REF_PID" 2>/dev/null; REF_PID=
+kill -9 "$REF_PID" 2>/dev/null; wait "$REF_PID" 2>/dev/null; REF_PID=
 ip netns exec "$P-n9" "$BIN" serve --host 10.77.0.9 --port 8080 --no-cluster --no-access-log \
   -t 1 --parallel 2 --ctx-size 256 --models-dir "$T/n9/models" >"$T/ref2.out" 2>&1 &
 REF_PID=$!
 wait_for 20 grep -q "listening on" "$T/ref2.out"
 want=$(complete 10.77.0.9 "$P-n9" "hello world" 12)
-kill -9 "$REF_PID"; REF_PID=
+kill -9 "$REF_PID"; wait "$REF_PID" 2>/dev/null; REF_PID=
 # the same limit on a node alone: the model does not fit
 ip netns exec "$P-n9" env MALLOC_ARENA_MAX=2 prlimit --as=$limit --stack=1048576 "$BIN" serve --host 10.77.0.9 \
   --port 8080 --no-cluster --no-access-log -t 1 --parallel 2 --ctx-size 256 \
@@ -206,7 +212,7 @@ ip netns exec "$P-n9" env MALLOC_ARENA_MAX=2 prlimit --as=$limit --stack=1048576
 REF_PID=$!
 wait_for 20 grep -q "listening on" "$T/alone.out"
 alone=$(complete 10.77.0.9 "$P-n9" "hello world" 12)
-kill -9 "$REF_PID"; REF_PID=
+kill -9 "$REF_PID"; wait "$REF_PID" 2>/dev/null; REF_PID=
 rm -rf "$T/n1/node.id" "$T/n2/node.id"
 export MALLOC_ARENA_MAX=2
 # thread stacks of 1 MiB (glibc takes RLIMIT_STACK): the limit is for the model
