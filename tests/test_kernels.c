@@ -387,6 +387,65 @@ TEST(kernels_tile_any_split)
     }
 }
 
+/* Batched generation: a tile of any number of activation rows (the
+ * kernels for a few rows up to some count, the packed prompt kernels
+ * beyond, a lone row's own path) gives every output vec_dot's bits, on rows
+ * of several blocks and with a ragged last group of weight rows. */
+TEST(kernels_tile_batch_sizes)
+{
+    need_simd();
+    rng_state r;
+    rng_seed(&r, 4242);
+    enum { NW = 13, NX = 24 };
+    for (int k = 0; k < N_WEIGHT_TYPES; k++) {
+        const int type = weight_types[k];
+        const tensor_traits *a = tensor_type_traits(type), *ref = tensor_type_traits_ref(type);
+        if (!a->vec_dot_tile)
+            continue;
+        const int at = ref->vec_dot_type;
+        const int64_t bs = ref->block_size;
+        const int64_t n = bs == 32 ? 19 * bs : bs > 1 ? 3 * bs : 67;
+        const size_t wrb = tensor_row_bytes(type, n), xrb = tensor_row_bytes(at, n);
+        const size_t prb = tensor_tile_x_bytes(a, n);
+        uint8_t *w = xmalloc(wrb * NW), *xq = xmalloc(xrb * NX), *xt = xmalloc(prb * NX);
+        float *x = xmalloc((size_t)n * sizeof(float)), *y = xmalloc(sizeof(float) * NW * NX);
+        for (int i = 0; i < NW; i++)
+            make_weights(&r, type, n, i % 3 == 2, 1.0f, i % 2 ? 0.2f : 0.0f, w + i * wrb);
+        for (int j = 0; j < NX; j++) {
+            fill_normal(&r, x, n, 1.0f, j % 4 == 1 ? 0.5f : 0.0f);
+            tensor_type_traits_ref(at)->from_float(x, xq + j * xrb, n);
+            if (a->tile_x_block_bytes)
+                a->tile_x_prep(xq + j * xrb, xt + j * prb, n);
+            else
+                memcpy(xt + j * prb, xq + j * xrb, xrb);
+        }
+        for (int n_x = 1; n_x <= NX; n_x++) {
+            for (int i = 0; i < NW * NX; i++)
+                y[i] = -1.0f;
+            a->vec_dot_tile(n, w, wrb, NW, xt, prb, n_x, y, NW);
+            for (int j = 0; j < NX; j++)
+                for (int i = 0; i < NW; i++) {
+                    const float got = y[j * NW + i];
+                    if (j >= n_x) {
+                        if (got != -1.0f)
+                            FAIL("%s tile of %d rows wrote output (%d, %d) of row %d", a->name,
+                                 n_x, i, j, j);
+                        continue;
+                    }
+                    const float want = a->vec_dot(w + i * wrb, xq + j * xrb, n);
+                    if (fp32_bits(got) != fp32_bits(want))
+                        FAIL("%s tile of %d activation rows: output (%d, %d) is %.9g, vec_dot %.9g",
+                             a->name, n_x, i, j, got, want);
+                }
+        }
+        free(w);
+        free(xq);
+        free(xt);
+        free(x);
+        free(y);
+    }
+}
+
 /* ---- matmul -------------------------------------------------------------- */
 
 /* Runs W (n_out x n) times n_rows random rows in `mode` on 1, 2 and 3

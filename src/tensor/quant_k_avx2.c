@@ -376,6 +376,194 @@ INLINE float krow_dot(int kt, const uint8_t *w, const uint8_t *x, int64_t n)
     return _mm_cvtss_f32(acc);
 }
 
+/* ---- a few activation rows (batched generation) -----------------------------
+ * R weight rows times J activation rows per pass (R = 8 / J, 2 <= J <= 8),
+ * output (r, j) in lane l = r * J + j: each weight super-block is decoded
+ * once for the J rows (a batch of decode rows then costs little more than
+ * one), the integer sums of the 8 outputs are reduced by one transposing
+ * add, and krow_dot's float chain runs for the 8 lanes at once (same
+ * operations, same order, same bits).  xd[8 b + l] holds d of block b of
+ * activation row l % J (0 beyond R * J lanes), made once per pass. */
+
+enum { KFEW_NBMAX = 256, KFEW_ROWS = 8 };
+
+/* Lane r of the result: the sum of the 8 lanes of v[r]. */
+INLINE __m256i sum8x8(const __m256i v[8])
+{
+    __m256i s[4], t[2];
+    UNROLL for (int k = 0; k < 4; k++)
+        s[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
+                                _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    UNROLL for (int k = 0; k < 2; k++)
+        t[k] = _mm256_add_epi32(_mm256_unpacklo_epi64(s[2 * k], s[2 * k + 1]),
+                                _mm256_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(t[0], t[1], 0x20),
+                            _mm256_permute2x128_si256(t[0], t[1], 0x31));
+}
+
+/* 8 f16 values in lane order (lane l: h[l / J], 0 beyond R * J lanes). */
+INLINE __m256 f16_lanes(const fp16_t *h, int R, int J)
+{
+    uint64_t lo = 0, hi = 0;
+    UNROLL for (int l = 0; l < R * J; l++) {
+        const uint64_t v = (uint64_t)h[l / J] << (16 * (l & 3));
+        if (l < 4)
+            lo |= v;
+        else
+            hi |= v;
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
+}
+
+/* Weight rows [0, nr) (nr <= 8 / J) at w against activation rows [0, J)
+ * at x (xs apart); y[j * ldy + r] the results. */
+INLINE void kfew(int kt, int J, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                 size_t xs, const float *xd, float *y, size_t ldy)
+{
+    const int R = 8 / J;
+    const size_t wb = kblock_bytes(kt);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 facc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        __m256i acc[8], mn[8];
+        fp16_t dh[8] = { 0 }, mh[8] = { 0 };
+        UNROLL for (int l = 0; l < 8; l++)
+            acc[l] = mn[l] = _mm256_setzero_si256();
+        UNROLL for (int r = 0; r < R; r++) {
+            if (r >= nr)
+                continue;
+            const uint8_t *wbk = w + (size_t)r * ws + (size_t)b * wb;
+            _mm_prefetch((const char *)(wbk + 4 * wb), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wbk + 4 * wb + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wbk + 4 * wb + 128), _MM_HINT_T0);
+            if (kt == K_Q6) {
+                const block_q6_K *k = (const block_q6_K *)wbk;
+                memcpy(&dh[r], wbk + offsetof(block_q6_K, d), sizeof dh[r]);
+                const __m256i m2 = _mm256_set1_epi8(3);
+                UNROLL for (int h = 0; h < 2; h++) {
+                    const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(k->ql + 64 * h));
+                    const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(k->ql + 64 * h + 32));
+                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(k->qh + 32 * h));
+                    const __m128i s8 = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(k->scales + 8 * h)));
+                    const __m256i sc = _mm256_set_m128i(s8, s8);
+                    UNROLL for (int g = 0; g < 4; g++) {
+                        const __m256i l = g & 1 ? ql1 : ql0;
+                        const __m256i lo = g < 2 ? _mm256_and_si256(l, m4)
+                                                 : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+                        const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m2), 4));
+                        const char a = (char)(4 * g), c = (char)(4 * g + 2);
+                        const __m256i scv = _mm256_shuffle_epi8(sc, _mm256_setr_epi8(
+                            a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1),
+                            a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1),
+                            c, (char)(c + 1), c, (char)(c + 1), c, (char)(c + 1), c, (char)(c + 1),
+                            c, (char)(c + 1), c, (char)(c + 1), c, (char)(c + 1), c, (char)(c + 1)));
+                        UNROLL for (int j = 0; j < J; j++) {
+                            const block_q8_K *xb = (const block_q8_K *)(x + (size_t)j * xs) + b;
+                            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * g));
+                            acc[r * J + j] = _mm256_add_epi32(acc[r * J + j],
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), scv));
+                        }
+                    }
+                }
+                const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)k->scales));
+                UNROLL for (int j = 0; j < J; j++) {
+                    const block_q8_K *xb = (const block_q8_K *)(x + (size_t)j * xs) + b;
+                    const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+                    acc[r * J + j] = _mm256_sub_epi32(acc[r * J + j],
+                                                      _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
+                }
+                continue;
+            }
+            const uint8_t *qs = kt == K_Q4 ? ((const block_q4_K *)wbk)->qs : ((const block_q5_K *)wbk)->qs;
+            const uint8_t *qhp = kt == K_Q5 ? ((const block_q5_K *)wbk)->qh : NULL;
+            memcpy(&dh[r], wbk, sizeof dh[r]);
+            memcpy(&mh[r], wbk + 2, sizeof mh[r]);
+            uint8_t sc[8], m[8];
+            k4_scales(((const block_q4_K *)wbk)->scales, sc, m);
+            const __m128i sc16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc));
+            const __m256i scales = _mm256_set_m128i(sc16, sc16);
+            __m256i hbits = _mm256_setzero_si256();
+            if (qhp)
+                hbits = _mm256_loadu_si256((const __m256i *)qhp);
+            UNROLL for (int p = 0; p < 4; p++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+                __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                if (qhp) {
+                    const __m256i one = _mm256_set1_epi8(1);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p), one), 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p + 1), one), 4));
+                }
+                const __m256i s0 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)(0x0100 * (4 * p + 1) + 4 * p)));
+                const __m256i s1 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)(0x0100 * (4 * p + 3) + 4 * p + 2)));
+                UNROLL for (int j = 0; j < J; j++) {
+                    const block_q8_K *xb = (const block_q8_K *)(x + (size_t)j * xs) + b;
+                    const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * p));
+                    const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * p + 32));
+                    acc[r * J + j] = _mm256_add_epi32(acc[r * J + j],
+                        _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0),
+                                         _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1)));
+                }
+            }
+            const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
+            const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+            UNROLL for (int j = 0; j < J; j++) {
+                const block_q8_K *xb = (const block_q8_K *)(x + (size_t)j * xs) + b;
+                mn[r * J + j] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), m16);
+            }
+        }
+        const __m256 dxv = _mm256_loadu_ps(xd + 8 * b);
+        facc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8x8(acc)),
+                               _mm256_mul_ps(f16_lanes(dh, R, J), dxv), facc);
+        if (kt != K_Q6)
+            facc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(sum8x8(mn)),
+                                    _mm256_mul_ps(f16_lanes(mh, R, J), dxv), facc);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, facc);
+    for (int r = 0; r < nr; r++)
+        for (int j = 0; j < J; j++)
+            y[(size_t)j * ldy + r] = lanes[r * J + j];
+}
+
+#define KFEW_SWITCH(kt, J, ...)                                \
+    switch (J) {                                               \
+    case 2: kfew(kt, 2, __VA_ARGS__); break;                   \
+    case 3: kfew(kt, 3, __VA_ARGS__); break;                   \
+    case 4: kfew(kt, 4, __VA_ARGS__); break;                   \
+    case 5: kfew(kt, 5, __VA_ARGS__); break;                   \
+    case 6: kfew(kt, 6, __VA_ARGS__); break;                   \
+    case 7: kfew(kt, 7, __VA_ARGS__); break;                   \
+    default: kfew(kt, 8, __VA_ARGS__); break;                  \
+    }
+
+typedef void (*kfew_fn)(int J, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                        size_t xs, const float *xd, float *y, size_t ldy);
+
+/* n_w x n_x outputs, activation rows 8 at a time (a last single row by
+ * krow_dot). */
+INLINE void ktile_few(int kt, kfew_fn few, int64_t n, const uint8_t *w, size_t ws, int n_w,
+                      const uint8_t *x, size_t xs, int n_x, float *y, size_t ldy)
+{
+    float xd[8 * KFEW_NBMAX];
+    const int64_t nb = n / QK_K;
+    for (int j0 = 0; j0 < n_x; j0 += 8) {
+        const int J = n_x - j0 < 8 ? n_x - j0 : 8, R = 8 / J;
+        const uint8_t *xj = x + (size_t)j0 * xs;
+        float *yj = y + (size_t)j0 * ldy;
+        if (J == 1) {
+            for (int i = 0; i < n_w; i++)
+                yj[i] = krow_dot(kt, w + (size_t)i * ws, xj, n);
+            continue;
+        }
+        for (int64_t b = 0; b < nb; b++)
+            for (int l = 0; l < 8; l++)
+                xd[8 * b + l] = l < R * J ? ((const block_q8_K *)(xj + (size_t)(l % J) * xs))[b].d : 0.0f;
+        for (int i = 0; i < n_w; i += R)
+            few(J, n, w + (size_t)i * ws, ws, n_w - i < R ? n_w - i : R, xj, xs, xd, yj + i, ldy);
+    }
+}
+
 /* 8 weight rows, one super-block, interleaved. */
 typedef struct {
     uint8_t q[64][32];     /* group g: levels 4g..4g+3 of rows 0..7 */
@@ -633,6 +821,12 @@ INLINE void ktile_packed(int kt, kkernel_fn kernel, int64_t n, const uint8_t *w,
     {                                                                                  \
         KSWITCH(kkernel_vnni, kt, rn, P, x, xs, acc)                                   \
     }                                                                                  \
+    static void name##_few(int J, int64_t n, const uint8_t *w, size_t ws, int nr,      \
+                           const uint8_t *x, size_t xs, const float *xd, float *y,     \
+                           size_t ldy)                                                 \
+    {                                                                                  \
+        KFEW_SWITCH(kt, J, n, w, ws, nr, x, xs, xd, y, ldy)                            \
+    }                                                                                  \
     static void name##_tile_any(int vnni, int64_t n, const void *w, size_t ws,         \
                                 int n_w, const void *x, size_t xs, int n_x, float *y,  \
                                 size_t ldy)                                            \
@@ -640,6 +834,10 @@ INLINE void ktile_packed(int kt, kkernel_fn kernel, int64_t n, const uint8_t *w,
         if (n_x == 1) {                                                                \
             for (int i = 0; i < n_w; i++)                                              \
                 y[i] = krow_dot(kt, (const uint8_t *)w + (size_t)i * ws, x, n);        \
+            return;                                                                    \
+        }                                                                              \
+        if (n_x <= KFEW_ROWS && n / QK_K <= KFEW_NBMAX) {                              \
+            ktile_few(kt, name##_few, n, w, ws, n_w, x, xs, n_x, y, ldy);              \
             return;                                                                    \
         }                                                                              \
         ktile_packed(kt, vnni ? name##_kernel_vnni : name##_kernel_avx2, n, w, ws,     \

@@ -300,6 +300,104 @@ VNNI INLINE __m256i dot4_vnni(__m256i q, __m256i x)
 DEFINE_ROWS8(rows8_avx2, , dot4_avx2)
 DEFINE_ROWS8(rows8_vnni, VNNI, dot4_vnni)
 
+/* ---- Q4_0, Q4_1, Q5_0, Q5_1: a few activation rows (batched generation) ---------- */
+
+/* R weight rows times J activation rows (R = 8 / J, 2 <= J <= 8) per pass:
+ * output (r, j) in lane l = r * J + j.  Each weight block is decoded once
+ * for the J rows, each product summed by the transposing add as in rows8,
+ * and the float chain runs for all the lanes at once, so a batch of J rows
+ * reads and decodes the weights once where J single rows would each do it
+ * (a batch of decode rows costs little more than one).  The activation
+ * side's per-block numbers come transposed into lane order (fewprep). */
+enum { FEW_NBMAX = 1024, FEW_ROWS = 8 };
+
+/* The activation numbers of J rows for the R x J lanes: xd[8 b + l] is d
+ * of block b of row l % J, and xs32[8 b + l] its sum times the level
+ * offset (Q4_0, Q5_0) or s (Q4_1, Q5_1: float bits), for l < R * J; the
+ * other lanes 0. */
+INLINE void fewprep(int wt, int J, int64_t nb, const uint8_t *x, size_t xs, float *xd,
+                    uint32_t *xs32)
+{
+    const int R = 8 / J;
+    for (int64_t b = 0; b < nb; b++)
+        for (int l = 0; l < 8; l++) {
+            const uint8_t *xk = x + (size_t)(l % J) * xs + (size_t)b * XP_BYTES;
+            const int live = l < R * J;
+            xd[8 * b + l] = live ? load_f32(xk + XP_D) : 0.0f;
+            xs32[8 * b + l] = !live ? 0
+                : has_min(wt) ? (uint32_t)load_i32(xk + XP_SUM)
+                : (uint32_t)(level_offset(wt) * load_i32(xk + XP_SUM));
+        }
+}
+
+/* 8 f16 values in lane order (lane l: h[l / J], 0 beyond R * J lanes). */
+INLINE __m128i f16_lanes(const fp16_t *h, int R, int J)
+{
+    uint64_t lo = 0, hi = 0;
+    UNROLL for (int l = 0; l < R * J; l++) {
+        const uint64_t v = (uint64_t)h[l / J] << (16 * (l & 3));
+        if (l < 4)
+            lo |= v;
+        else
+            hi |= v;
+    }
+    return _mm_set_epi64x((long long)hi, (long long)lo);
+}
+
+/* Weight rows [0, nr) (nr <= 8 / J) of w against activation rows [0, J) of
+ * x (prepared, xs apart); y[j * ldy + r] the results. */
+#define DEFINE_FEW(NAME, ATTR, DOT)                                                        \
+    ATTR INLINE void NAME(int wt, int J, int64_t n, const uint8_t *w, size_t ws, int nr,   \
+                          const uint8_t *x, size_t xs, const float *xd,                    \
+                          const uint32_t *xs32, float *y, size_t ldy)                      \
+    {                                                                                      \
+        const int R = 8 / J;                                                               \
+        const int off = level_offset(wt);                                                  \
+        const size_t wb = wblock_bytes(wt);                                                \
+        __m256 acc = _mm256_setzero_ps();                                                  \
+        for (int64_t b = 0; b < n / 32; b++) {                                             \
+            __m256i v[8];                                                                  \
+            fp16_t dh[8] = { 0 }, mh[8] = { 0 };                                           \
+            UNROLL for (int r = 0; r < R; r++) {                                           \
+                if (r < nr) {                                                              \
+                    const uint8_t *p = w + (size_t)r * ws + (size_t)b * wb;                \
+                    _mm_prefetch((const char *)(p + (size_t)R * ws), _MM_HINT_T0);         \
+                    float d_unused, m_unused;                                              \
+                    const __m256i q = wlevels(wt, w + (size_t)r * ws, b, &d_unused, &m_unused); \
+                    memcpy(&dh[r], p, sizeof dh[r]);                                       \
+                    if (has_min(wt))                                                       \
+                        memcpy(&mh[r], p + 2, sizeof mh[r]);                               \
+                    UNROLL for (int j = 0; j < J; j++)                                     \
+                        v[r * J + j] = DOT(q, _mm256_loadu_si256((const __m256i *)(        \
+                                              x + (size_t)j * xs + (size_t)b * XP_BYTES))); \
+                } else {                                                                   \
+                    UNROLL for (int j = 0; j < J; j++)                                     \
+                        v[r * J + j] = _mm256_setzero_si256();                             \
+                }                                                                          \
+            }                                                                              \
+            UNROLL for (int l = R * J; l < 8; l++)                                         \
+                v[l] = _mm256_setzero_si256();                                             \
+            __m256i isum = sum8x8(v);                                                      \
+            const __m256i xsum = _mm256_loadu_si256((const __m256i *)(xs32 + 8 * b));      \
+            if (off)                                                                       \
+                isum = _mm256_sub_epi32(isum, xsum);                                       \
+            const __m256 s = _mm256_mul_ps(_mm256_cvtph_ps(f16_lanes(dh, R, J)),           \
+                                           _mm256_loadu_ps(xd + 8 * b));                   \
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc);                       \
+            if (has_min(wt))                                                               \
+                acc = _mm256_fmadd_ps(_mm256_cvtph_ps(f16_lanes(mh, R, J)),                \
+                                      _mm256_castsi256_ps(xsum), acc);                     \
+        }                                                                                  \
+        float lanes[8];                                                                    \
+        _mm256_storeu_ps(lanes, acc);                                                      \
+        for (int r = 0; r < nr; r++)                                                       \
+            for (int j = 0; j < J; j++)                                                    \
+                y[(size_t)j * ldy + r] = lanes[r * J + j];                                 \
+    }
+
+DEFINE_FEW(few_avx2, , dot4_avx2)
+DEFINE_FEW(few_vnni, VNNI, dot4_vnni)
+
 /* ---- Q4_0, Q4_1, Q5_0, Q5_1: prompts, packed rows -------------------------------- */
 
 /* 8 weight rows, one block: q[g] holds levels 4g..4g+3 of rows 0..7. */
@@ -419,6 +517,31 @@ typedef void (*kernel_fn)(const wpack *wp, int kb, const uint8_t *x, size_t xs, 
                           __m256 *acc);
 typedef void (*rows8_fn)(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
                          float *y);
+typedef void (*few_fn)(int J, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                       size_t xs, const float *xd, const uint32_t *xs32, float *y, size_t ldy);
+
+/* n_w x n_x outputs for a few activation rows, 8 at a time (a last single
+ * row through rows8). */
+INLINE void tile_few(int wt, few_fn few, rows8_fn rows8, int64_t n, const uint8_t *w, size_t ws,
+                     int n_w, const uint8_t *x, size_t xs, int n_x, float *y, size_t ldy)
+{
+    float xd[8 * FEW_NBMAX];
+    uint32_t xs32[8 * FEW_NBMAX];
+    for (int j0 = 0; j0 < n_x; j0 += 8) {
+        const int J = n_x - j0 < 8 ? n_x - j0 : 8, R = 8 / J;
+        const uint8_t *xj = x + (size_t)j0 * xs;
+        float *yj = y + (size_t)j0 * ldy;
+        if (J == 1) {
+            for (int i = 0; i < n_w; i += 8)
+                rows8(n, w + (size_t)i * ws, ws, n_w - i < 8 ? n_w - i : 8, xj, yj + i);
+            continue;
+        }
+        fewprep(wt, J, n / 32, xj, xs, xd, xs32);
+        for (int i = 0; i < n_w; i += R)
+            few(J, n, w + (size_t)i * ws, ws, n_w - i < R ? n_w - i : R, xj, xs, xd, xs32,
+                yj + i, ldy);
+    }
+}
 
 /* The accumulators of a pass into y: row j's 8 * ng outputs are
  * consecutive, a whole cache line when ng is 2 and y is aligned, so
@@ -445,15 +568,20 @@ INLINE void store_outputs(__m256 acc[NWC / 8][XB], int ng, int nwc, int nxb, flo
     _mm_sfence();
 }
 
-/* n_w x n_x outputs: one activation row through rows8, several in passes
- * of NWC weight rows and XB activation rows, blocks in chunks of KB. */
-INLINE void tile_packed(int wt, kernel_fn kernel, rows8_fn rows8, int64_t n, const uint8_t *w,
-                        size_t ws, int n_w, const uint8_t *x, size_t xs, int n_x, float *y,
-                        size_t ldy)
+/* n_w x n_x outputs: one activation row through rows8, up to FEW_ROWS
+ * through the few-row kernels, more in passes of NWC weight rows and XB
+ * activation rows, blocks in chunks of KB. */
+INLINE void tile_packed(int wt, kernel_fn kernel, rows8_fn rows8, few_fn few, int64_t n,
+                        const uint8_t *w, size_t ws, int n_w, const uint8_t *x, size_t xs,
+                        int n_x, float *y, size_t ldy)
 {
     if (n_x == 1) {
         for (int i = 0; i < n_w; i += 8)
             rows8(n, w + (size_t)i * ws, ws, n_w - i < 8 ? n_w - i : 8, x, y + i);
+        return;
+    }
+    if (n_x <= FEW_ROWS && n / 32 <= FEW_NBMAX) {
+        tile_few(wt, few, rows8, n, w, ws, n_w, x, xs, n_x, y, ldy);
         return;
     }
     wpack wp[NWC / 8][KB];
@@ -492,6 +620,17 @@ INLINE void tile_packed(int wt, kernel_fn kernel, rows8_fn rows8, int64_t n, con
     default: K(wt, RN, __VA_ARGS__); break;                    \
     }
 
+#define FEW_SWITCH(K, wt, J, ...)                              \
+    switch (J) {                                               \
+    case 2: K(wt, 2, __VA_ARGS__); break;                      \
+    case 3: K(wt, 3, __VA_ARGS__); break;                      \
+    case 4: K(wt, 4, __VA_ARGS__); break;                      \
+    case 5: K(wt, 5, __VA_ARGS__); break;                      \
+    case 6: K(wt, 6, __VA_ARGS__); break;                      \
+    case 7: K(wt, 7, __VA_ARGS__); break;                      \
+    default: K(wt, 8, __VA_ARGS__); break;                     \
+    }
+
 #define DEFINE_FORMAT(name, wt)                                                        \
     static float name##_vec_dot(const void *w, const void *x, int64_t n)               \
     {                                                                                  \
@@ -527,18 +666,31 @@ INLINE void tile_packed(int wt, kernel_fn kernel, rows8_fn rows8, int64_t n, con
         else                                                                           \
             rows8_vnni(wt, n, w, ws, nr, x, y);                                        \
     }                                                                                  \
+    static void name##_few_avx2(int J, int64_t n, const uint8_t *w, size_t ws, int nr, \
+                                const uint8_t *x, size_t xs, const float *xd,          \
+                                const uint32_t *xs32, float *y, size_t ldy)            \
+    {                                                                                  \
+        FEW_SWITCH(few_avx2, wt, J, n, w, ws, nr, x, xs, xd, xs32, y, ldy)             \
+    }                                                                                  \
+    VNNI static void name##_few_vnni(int J, int64_t n, const uint8_t *w, size_t ws,    \
+                                     int nr, const uint8_t *x, size_t xs,              \
+                                     const float *xd, const uint32_t *xs32, float *y,  \
+                                     size_t ldy)                                       \
+    {                                                                                  \
+        FEW_SWITCH(few_vnni, wt, J, n, w, ws, nr, x, xs, xd, xs32, y, ldy)             \
+    }                                                                                  \
     static void name##_tile(int64_t n, const void *w, size_t ws, int n_w,              \
                             const void *x, size_t xs, int n_x, float *y, size_t ldy)   \
     {                                                                                  \
-        tile_packed(wt, name##_kernel_avx2, name##_rows8_avx2, n, w, ws, n_w, x, xs,   \
-                    n_x, y, ldy);                                                      \
+        tile_packed(wt, name##_kernel_avx2, name##_rows8_avx2, name##_few_avx2, n, w,  \
+                    ws, n_w, x, xs, n_x, y, ldy);                                      \
     }                                                                                  \
     static void name##_tile_vnni(int64_t n, const void *w, size_t ws, int n_w,         \
                                  const void *x, size_t xs, int n_x, float *y,          \
                                  size_t ldy)                                           \
     {                                                                                  \
-        tile_packed(wt, name##_kernel_vnni, name##_rows8_vnni, n, w, ws, n_w, x, xs,   \
-                    n_x, y, ldy);                                                      \
+        tile_packed(wt, name##_kernel_vnni, name##_rows8_vnni, name##_few_vnni, n, w,  \
+                    ws, n_w, x, xs, n_x, y, ldy);                                      \
     }
 
 DEFINE_FORMAT(q4_0, W_Q4_0)
