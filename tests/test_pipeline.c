@@ -5,6 +5,7 @@
  * messages are refused without harm, and a stage node that goes away ends
  * the requests in flight with an error naming it. */
 #include "test.h"
+#include "cluster_util.h"
 
 #include "base/err.h"
 #include "cluster/cluster.h"
@@ -26,28 +27,10 @@ typedef struct {
 static void start(node *n, const char *name, const char *token, const node *peer)
 {
     char addr[64];
-    const char *peers[1] = { addr };
-    snprintf(n->dir, sizeof n->dir, "%s/%s", test_tmpdir(), name);
-    snprintf(n->models, sizeof n->models, "%s/models", n->dir);
-    mkdir(n->dir, 0700);
-    mkdir(n->models, 0755);
-    if (peer)
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", cluster_port(peer->c));
+    const char *peers[1];
     cluster_config cfg;
-    cluster_config_default(&cfg);
-    cfg.state_dir = n->dir;
-    cfg.join_token = token;
-    cfg.listen_host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.port_given = true;
-    cfg.peers = peers;
-    cfg.n_peers = peer ? 1 : 0;
-    cfg.name = name;
-    cfg.no_discovery = true;
-    cfg.heartbeat_ms = 100;
-    cfg.down_after_ms = 3000;
-    cfg.bench = 0;
-    cfg.models_dir = n->models;
+    test_cluster_config(&cfg, name, token, peer ? cluster_port(peer->c) : 0, n->dir,
+                        sizeof n->dir, n->models, sizeof n->models, addr, peers);
     CHECK_OK(cluster_new(&cfg, &n->c, NULL));
     CHECK_OK(pipeline_new(n->c, 1, &n->p));
     CHECK_OK(cluster_start(n->c));

@@ -5,6 +5,7 @@
  * that are paths, a symlink leading out of the models folder, a damaged
  * chunk (test hook), a peer that stops answering or goes down. */
 #include "test.h"
+#include "cluster_util.h"
 
 #include "base/err.h"
 #include "cluster/cluster.h"
@@ -31,29 +32,10 @@ static void start(node *n, const char *name, const char *token, const node *peer
                   const char *ro_dirs)
 {
     char addr[64];
-    const char *peers[1] = { addr };
-    snprintf(n->dir, sizeof n->dir, "%s/%s", test_tmpdir(), name);
-    snprintf(n->models, sizeof n->models, "%s/models", n->dir);
-    mkdir(n->dir, 0700);
-    mkdir(n->models, 0755);
-    if (peer)
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", cluster_port(peer->c));
+    const char *peers[1];
     cluster_config cfg;
-    cluster_config_default(&cfg);
-    cfg.state_dir = n->dir;
-    cfg.join_token = token;
-    cfg.listen_host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.port_given = true;
-    cfg.peers = peers;
-    cfg.n_peers = peer ? 1 : 0;
-    cfg.name = name;
-    cfg.no_discovery = true;
-    cfg.heartbeat_ms = 100;
-    cfg.down_after_ms = 3000;   /* a node hashing a tensor on its cluster thread is slow under ASan */
-    cfg.probe_ms = 300;
-    cfg.bench = 0;
-    cfg.models_dir = n->models;
+    test_cluster_config(&cfg, name, token, peer ? cluster_port(peer->c) : 0, n->dir,
+                        sizeof n->dir, n->models, sizeof n->models, addr, peers);
     cfg.ro_dirs = ro_dirs;
     CHECK_OK(cluster_new(&cfg, &n->c, NULL));
     CHECK_OK(weights_new(n->c, n->models, ro_dirs, &n->w));
