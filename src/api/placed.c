@@ -63,6 +63,16 @@ int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t
     const char *self = cluster_self_id(cfg->cluster);
     if (pl.n_stages == 1 && !strcmp(pl.stage[0].id, self))
         goto out;                                  /* here, alone */
+    /* The partition rule (docs/cluster.md): only a side that sees a strict
+     * majority of the members may place instances on other nodes. */
+    if (!cluster_has_quorum(cfg->cluster)) {
+        rc = rc_fail(RC_ESTATE, "%s needs other nodes, but this node sees only %d of the %d "
+                     "members of its cluster (no quorum: a partition?); it does not place "
+                     "instances until it sees a majority",
+                     m->name, (int)json_integer_value(json_object_get(view, "members_up")),
+                     (int)json_integer_value(json_object_get(view, "members")));
+        goto out;
+    }
     pipeline_spec spec;
     memset(&spec, 0, sizeof spec);
     snprintf(spec.model, sizeof spec.model, "%s", m->name);
