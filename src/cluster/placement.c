@@ -91,54 +91,25 @@ static uint64_t total_need(const problem *P)
     return stage_need(P, 0, P->ms->n_layer);
 }
 
-/* Byte targets of an ordered set: shares of the need in proportion to
- * memory x bandwidth, water-filled so no target exceeds what its node can
- * give (the excess goes to the others in the same proportion). */
-static void targets(const problem *P, const int *set, int k, double *T)
-{
-    bool clamped[PLACEMENT_MAX_STAGES] = { false };
-    double remaining = (double)total_need(P);
-    for (;;) {
-        double sumw = 0;
-        for (int j = 0; j < k; j++)
-            if (!clamped[j])
-                sumw += (double)P->avail[set[j]] * bw_of(&P->nodes[set[j]]);
-        bool any = false;
-        for (int j = 0; j < k; j++) {
-            if (clamped[j])
-                continue;
-            double w = (double)P->avail[set[j]] * bw_of(&P->nodes[set[j]]);
-            T[j] = sumw > 0 ? remaining * w / sumw : remaining / k;
-            if (T[j] > (double)P->avail[set[j]]) {
-                T[j] = (double)P->avail[set[j]];
-                clamped[j] = true;
-                remaining -= T[j];
-                any = true;
-                break;
-            }
-        }
-        if (!any)
-            return;
-        bool left = false;
-        for (int j = 0; j < k; j++)
-            left = left || !clamped[j];
-        if (!left)
-            return;
-    }
-}
-
-/* Splits the layers over the nodes of `set` in that order: of all splits
- * where every stage has >= 1 layer and fits its node, the one closest to
- * the targets (least squares).  Fills *p and returns true when one exists. */
+/* Splits the layers over the nodes of `set` in that order.  A pipeline
+ * runs at the pace of its slowest stage, so the split balances the time of
+ * a token on each stage - the bytes its layers read per token (the last
+ * stage's include the output matrix; the first stage reads one row of the
+ * embeddings) over its node's bandwidth - and what a node can hold is a
+ * hard limit: of all splits where every stage has >= 1 layer and fits its
+ * node, the one whose stage times are closest to equal (least squares).
+ * Fills *p and returns true when one exists. */
 static bool try_set(const problem *P, const int *set, int k, placement *p)
 {
     const int L = P->ms->n_layer;
     if (k < 1 || k > L || k > PLACEMENT_MAX_STAGES)
         return false;
-    double T[PLACEMENT_MAX_STAGES];
-    targets(P, set, k, T);
-    double norm = (double)total_need(P);
-    norm = norm > 0 ? norm : 1;
+    double sum_bw = 0;
+    for (int s = 0; s < k; s++)
+        sum_bw += bw_of(&P->nodes[set[s]]);
+    /* equal time on every stage: the whole token's bytes over all bandwidth */
+    double t_eq = (double)model_sizes_stage_decode_bytes(P->ms, 0, L) / sum_bw;
+    t_eq = t_eq > 0 ? t_eq : 1;
     const size_t W = (size_t)L + 1;
     for (size_t i = 0; i < (size_t)(k + 1) * W; i++)
         P->cost[i] = INFINITY;
@@ -154,7 +125,9 @@ static bool try_set(const problem *P, const int *set, int k, placement *p)
                 uint64_t need = stage_need(P, a, b);
                 if (need > cap)
                     continue;
-                double d = ((double)need - T[s]) / norm;
+                double t = (double)model_sizes_stage_decode_bytes(P->ms, a, b) /
+                           bw_of(&P->nodes[set[s]]);
+                double d = (t - t_eq) / t_eq;
                 double c = c0 + d * d;
                 if (c < P->cost[(size_t)(s + 1) * W + (size_t)b]) {
                     P->cost[(size_t)(s + 1) * W + (size_t)b] = c;

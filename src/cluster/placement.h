@@ -7,9 +7,12 @@
  * The rule (issue "placement"): a model that fits on one node runs on one
  * node, the fastest that holds it.  Otherwise its layers are split across
  * the fewest nodes that hold the weights and the KV cache for n_ctx * n_seq
- * tokens, each node's share in proportion to memory times bandwidth (equal
- * nodes fill equally; a faster node takes more), never above what a node
- * can give.  min_nodes forces at least that many stages.  Every stage gets
+ * tokens, split so that each stage takes the same time per token (the
+ * bytes its layers read per token over its node's bandwidth: equal nodes
+ * take equal work, a faster node takes more, and the first stage takes
+ * more layers when the last one also holds the output matrix), never
+ * above what a node can give (a node too small for its share takes what it
+ * holds and the others the rest).  min_nodes forces at least that many stages.  Every stage gets
  * at least one layer.  Results are deterministic: ties go to the smaller
  * node id.
  *
