@@ -171,6 +171,12 @@ test-cluster: build/rel/racimo
 test-pipeline: build/rel/racimo
 	@RACIMO_BIN=build/rel/racimo tests/cluster/pipeline.sh
 
+# bench-pipeline: one node against a 2-node pipeline over links emulated as
+# none / 10 GbE / 1 GbE (needs root; bench/pipeline.sh, see BENCHMARKS.md).
+.PHONY: bench-pipeline
+bench-pipeline: build/rel/racimo
+	@RACIMO_BIN=build/rel/racimo bench/pipeline.sh $(MODEL)
+
 test:
 	@scripts/test-all.sh
 
