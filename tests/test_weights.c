@@ -45,6 +45,7 @@ static void start(node *n, const char *name, const char *token, const node *peer
 
 static void stop(node *n)
 {
+    weights_stop(n->w);
     cluster_free(n->c);
     weights_free(n->w);
 }

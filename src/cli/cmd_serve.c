@@ -311,6 +311,7 @@ int cmd_serve(int argc, char **argv)
     api_server_free(s);
 out:
     pipeline_stop(pipe);    /* stages send through the cluster */
+    weights_stop(wts);      /* so does the weight server */
     cluster_free(cl);       /* its thread calls into the pipeline and weights */
     pipeline_free(pipe);
     weights_free(wts);

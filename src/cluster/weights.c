@@ -55,9 +55,26 @@ typedef struct {
     char err[160];           /* set when the node went down */
 } slot;
 
+/* A request to serve, queued by the cluster thread for the serving thread
+ * (reading and hashing up to a whole tensor must not stall heartbeats). */
+typedef struct job {
+    struct job *next;
+    char from[NODE_HEX];
+    int type;
+    size_t len;
+    uint8_t data[];
+} job;
+#define MAX_JOBS 256
+
 struct weights {
     struct cluster *c;
     char *models_dir, *ro_dirs;
+    pthread_mutex_t jobs_mu;
+    pthread_cond_t jobs_cv;
+    job *jobs_head, *jobs_tail;
+    int n_jobs;
+    bool stopping, server_started;
+    pthread_t server;
     pthread_mutex_t mu;      /* slots, next_id, hooks */
     pthread_cond_t cv;
     slot slots[WEIGHTS_WINDOW];
@@ -410,6 +427,28 @@ static void on_reply(weights *w, const char *from, int type, const uint8_t *data
     pthread_mutex_unlock(&w->mu);
 }
 
+static void *server_thread(void *arg)
+{
+    weights *w = arg;
+    for (;;) {
+        pthread_mutex_lock(&w->jobs_mu);
+        while (!w->jobs_head && !w->stopping)
+            pthread_cond_wait(&w->jobs_cv, &w->jobs_mu);
+        job *j = w->stopping ? NULL : w->jobs_head;
+        if (j) {
+            w->jobs_head = j->next;
+            if (!w->jobs_head)
+                w->jobs_tail = NULL;
+            w->n_jobs--;
+        }
+        pthread_mutex_unlock(&w->jobs_mu);
+        if (!j)
+            return NULL;
+        serve(w, j->from, j->type, j->data, j->len);
+        rc_free(j);
+    }
+}
+
 static void on_msg(void *ud, const char *from, int type, const uint8_t *data, size_t len)
 {
     weights *w = ud;
@@ -417,8 +456,32 @@ static void on_msg(void *ud, const char *from, int type, const uint8_t *data, si
         pthread_mutex_lock(&w->mu);
         int mute = w->mute;
         pthread_mutex_unlock(&w->mu);
-        if (!mute)
-            serve(w, from, type, data, len);
+        if (mute || strlen(from) >= NODE_HEX)
+            return;
+        job *j = rc_malloc(sizeof *j + len);
+        pthread_mutex_lock(&w->jobs_mu);
+        bool take = j && !w->stopping && w->n_jobs < MAX_JOBS;
+        if (take) {
+            snprintf(j->from, sizeof j->from, "%s", from);
+            j->type = type;
+            j->len = len;
+            memcpy(j->data, data, len);
+            j->next = NULL;
+            if (w->jobs_tail)
+                w->jobs_tail->next = j;
+            else
+                w->jobs_head = j;
+            w->jobs_tail = j;
+            w->n_jobs++;
+            pthread_cond_signal(&w->jobs_cv);
+        }
+        pthread_mutex_unlock(&w->jobs_mu);
+        if (!take) {
+            rc_free(j);
+            /* the requester sees its request time out and can retry */
+            rc_log(LOG_WARN, "weights: dropped a request from node %.8s (%s)", from,
+                   j ? "too many waiting" : "out of memory");
+        }
     } else if (type == W_INFO || type == W_DATA || type == W_HASH) {
         on_reply(w, from, type, data, len);
     }
@@ -941,11 +1004,17 @@ int weights_new(struct cluster *c, const char *models_dir, const char *ro_dirs, 
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->ensure_mu, NULL);
     pthread_cond_init(&w->cv, NULL);
+    pthread_mutex_init(&w->jobs_mu, NULL);
+    pthread_cond_init(&w->jobs_cv, NULL);
     int rc;
     if (!w->models_dir || (ro_dirs && *ro_dirs && !w->ro_dirs))
         rc = rc_fail(RC_ENOMEM, "out of memory");
-    else
+    else if (pthread_create(&w->server, NULL, server_thread, w))
+        rc = rc_fail(RC_ENOMEM, "cannot start the weight-serving thread");
+    else {
+        w->server_started = true;
         rc = cluster_add_handler(c, W_INFO_REQ, 0x57, on_msg, w);
+    }
     if (rc) {
         weights_free(w);
         return rc;
@@ -954,10 +1023,34 @@ int weights_new(struct cluster *c, const char *models_dir, const char *ro_dirs, 
     return 0;
 }
 
+void weights_stop(weights *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->jobs_mu);
+    w->stopping = true;
+    pthread_cond_broadcast(&w->jobs_cv);
+    pthread_mutex_unlock(&w->jobs_mu);
+    if (w->server_started)
+        pthread_join(w->server, NULL);
+    w->server_started = false;
+    pthread_mutex_lock(&w->jobs_mu);
+    for (job *j = w->jobs_head, *n; j; j = n) {
+        n = j->next;
+        rc_free(j);
+    }
+    w->jobs_head = w->jobs_tail = NULL;
+    w->n_jobs = 0;
+    pthread_mutex_unlock(&w->jobs_mu);
+}
+
 void weights_free(weights *w)
 {
     if (!w)
         return;
+    weights_stop(w);
+    pthread_mutex_destroy(&w->jobs_mu);
+    pthread_cond_destroy(&w->jobs_cv);
     for (int i = 0; i < WEIGHTS_WINDOW; i++)
         rc_free(w->slots[i].reply);
     pthread_mutex_destroy(&w->mu);

@@ -15,7 +15,8 @@
  * NAME.gguf and the manifest removed.  A later call fetches only what is
  * still missing.  Read-only folders are never written.
  *
- * Serving: the cluster thread answers requests for NAME.gguf files of the
+ * Serving: a thread of its own (the cluster thread only queues, so reading
+ * and hashing never delay heartbeats) answers requests for NAME.gguf files of the
  * models folder and the read-only folders (complete files only, never one
  * with a manifest; resolved paths must stay inside the folders), reading
  * with pread; nothing is loaded whole into memory.
@@ -43,6 +44,10 @@ typedef struct weights weights;
  * ""), served but never written.  Both strings are copied.  RC_ENOMEM, or
  * cluster_add_handler's errors. */
 int weights_new(struct cluster *c, const char *models_dir, const char *ro_dirs, weights **out);
+
+/* Stops the thread that serves peers (it sends through the cluster, so
+ * call this before cluster_free); requests arriving later are dropped. */
+void weights_stop(weights *w);                   /* accepts NULL */
 
 /* Frees it; the cluster must be stopped first (cluster_free), since its
  * thread calls into this object.  Accepts NULL. */
