@@ -7,7 +7,7 @@
 #   make SANITIZE=1 build with ASan+UBSan into build/san
 #
 # Sources are found by wildcard: src/<layer>/*.c form libracimo.a, except
-# src/cli (the binary).  Files named *_avx2.c get the x86-64 SIMD flags and
+# src/cli (the binary).  Files named *_avx2.c and *_avx512.c get their x86-64 SIMD flags and
 # *_neon.c the arm64 ones; nothing else does, so one binary runs on any CPU
 # of its architecture and picks kernels at start-up.
 
@@ -46,14 +46,16 @@ ALL_CFLAGS = $(CFLAGS_BASE) $(OPT) $(CFLAGS)
 
 ifeq ($(ARCH),x86_64)
   ISA_AVX2 := -mavx2 -mfma -mf16c
+  ISA_AVX512 := $(ISA_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 else
   ISA_AVX2 :=
+  ISA_AVX512 :=
 endif
 ISA_NEON :=   # NEON is arm64's baseline; SDOT kernels carry their own target attribute
 
 LIB_SRC  := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 ifneq ($(ARCH),x86_64)
-  LIB_SRC := $(filter-out %_avx2.c,$(LIB_SRC))
+  LIB_SRC := $(filter-out %_avx2.c %_avx512.c,$(LIB_SRC))
 endif
 ifeq ($(filter aarch64 arm64,$(ARCH)),)
   LIB_SRC := $(filter-out %_neon.c,$(LIB_SRC))
@@ -83,6 +85,10 @@ $(BUILD)/racimo_tests: $(TEST_OBJ) $(BUILD)/libracimo.a
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(ISA_AVX2) -MMD -MP -c $< -o $@
+
+$(BUILD)/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ISA_AVX512) -MMD -MP -c $< -o $@
 
 $(BUILD)/%_neon.o: %_neon.c
 	@mkdir -p $(dir $@)

@@ -139,8 +139,22 @@ TEST(kernels_probe)
 #if defined(__x86_64__)
     if (!forced_ref && cpu_has(CPU_AVX2) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C))
         CHECK(!strncmp(tensor_kernels_name(), "avx2", 4));
-    if (!strcmp(tensor_kernels_name(), "avx2+vnni"))
+    if (!strncmp(tensor_kernels_name(), "avx2+vnni", 9))
         CHECK(cpu_has(CPU_AVX_VNNI));
+    /* the AVX-512 kernels only where all four extensions are, and never
+     * when RACIMO_KERNELS=avx2 asks for the AVX2 set alone */
+    const int avx512 = strstr(tensor_kernels_name(), "avx512") != NULL;
+    if (avx512)
+        CHECK(cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512VL) &&
+              cpu_has(CPU_AVX512VNNI));
+    if (env && !strcmp(env, "avx2"))
+        CHECK_STR(tensor_kernels_name(), "avx2");
+    else if (env && !strcmp(env, "avx2+vnni"))
+        CHECK(!avx512);
+    else if (!forced_ref && cpu_has(CPU_AVX2) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C) &&
+             cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512VL) &&
+             cpu_has(CPU_AVX512VNNI))
+        CHECK(avx512);
     CHECK(!cpu_has(CPU_NEON) && !cpu_has(CPU_DOTPROD));
 #elif defined(__aarch64__)
     CHECK(cpu_has(CPU_NEON));
@@ -448,6 +462,71 @@ TEST(kernels_tile_batch_sizes)
 
 /* ---- matmul -------------------------------------------------------------- */
 
+/* Wide tiles: more weight rows than one pass of any kernel takes (16 for
+ * AVX-512 Q4_0, 8 and pairs for Q8_0), ragged at the end, and activation
+ * rows past the prompt path's pass of 512, all give vec_dot's bits. */
+TEST(kernels_tile_wide)
+{
+    need_simd();
+    rng_state r;
+    rng_seed(&r, 5151);
+    enum { NW = 37 };
+    static const int n_xs[] = { 1, 2, 8, 9, 23, 513 };
+    static const int types[] = { TT_Q4_0, TT_Q8_0, TT_Q4_1, TT_Q5_0 };
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const int type = types[k];
+        const tensor_traits *a = tensor_type_traits(type), *ref = tensor_type_traits_ref(type);
+        if (!a->vec_dot_tile)
+            continue;
+        const int at = ref->vec_dot_type, NX = 513;
+        const int64_t n = 9 * ref->block_size;
+        const size_t wrb = tensor_row_bytes(type, n), xrb = tensor_row_bytes(at, n);
+        const size_t prb = tensor_tile_x_bytes(a, n);
+        uint8_t *w = xmalloc(wrb * NW), *xq = xmalloc(xrb * NX), *xt = xmalloc(prb * NX);
+        float *x = xmalloc((size_t)n * sizeof(float)), *y = xmalloc(sizeof(float) * NW * NX);
+        float *want = xmalloc(sizeof(float) * NW * NX);
+        for (int i = 0; i < NW; i++)
+            make_weights(&r, type, n, i % 3 == 1, 1.0f, i % 2 ? 0.2f : 0.0f, w + i * wrb);
+        for (int j = 0; j < NX; j++) {
+            fill_normal(&r, x, n, 1.0f, j % 5 == 1 ? 0.5f : 0.0f);
+            tensor_type_traits_ref(at)->from_float(x, xq + j * xrb, n);
+            if (a->tile_x_block_bytes)
+                a->tile_x_prep(xq + j * xrb, xt + j * prb, n);
+            else
+                memcpy(xt + j * prb, xq + j * xrb, xrb);
+            for (int i = 0; i < NW; i++)
+                want[j * NW + i] = a->vec_dot(w + i * wrb, xq + j * xrb, n);
+        }
+        for (int j = 0; j < NX; j += 97)
+            for (int i = 0; i < NW; i += 5) {
+                const double v = ref->vec_dot(w + i * wrb, xq + j * xrb, n);
+                const double tol = dot_tol(type, n, dot_magnitude(type, w + i * wrb, at, xq + j * xrb, n));
+                if (!(fabs(want[j * NW + i] - v) <= tol))
+                    FAIL("%s vec_dot (%d, %d): %.9g, reference %.9g (tol %.3g)", a->name, i, j,
+                         want[j * NW + i], v, tol);
+            }
+        for (size_t c = 0; c < sizeof n_xs / sizeof n_xs[0]; c++) {
+            const int n_x = n_xs[c];
+            for (int i = 0; i < NW * NX; i++)
+                y[i] = -1.0f;
+            a->vec_dot_tile(n, w, wrb, NW, xt, prb, n_x, y, NW);
+            for (int j = 0; j < NX; j++)
+                for (int i = 0; i < NW; i++) {
+                    const float got = y[j * NW + i];
+                    if (j >= n_x ? got != -1.0f : fp32_bits(got) != fp32_bits(want[j * NW + i]))
+                        FAIL("%s tile %d x %d: output (%d, %d) is %.9g, vec_dot %.9g", a->name,
+                             NW, n_x, i, j, got, j >= n_x ? -1.0f : want[j * NW + i]);
+                }
+        }
+        free(want);
+        free(w);
+        free(xq);
+        free(xt);
+        free(x);
+        free(y);
+    }
+}
+
 /* Runs W (n_out x n) times n_rows random rows in `mode` on 1, 2 and 3
  * threads; checks identical bits and, against per-pair reference dots,
  * the tolerance. */
@@ -519,8 +598,11 @@ static void check_matmul(rng_state *r, int type, int64_t n, int n_out, int n_row
 TEST_T(kernels_matmul_shapes_threads, 240)
 {
     tensor_kernels_init();   /* runs with whichever kernels the CPU has */
-    static const int rows[] = { 1, 2, 3, 5, 17, 33 };
-    static const int outs[] = { 1, 7, 64, 129 };
+    /* outs: ragged groups of 8 and 16 weight rows (the AVX-512 kernels
+     * take 16 or, for Q8_0, pairs and eights); rows: the few-row kernels,
+     * their edge, and packed passes with ragged ends */
+    static const int rows[] = { 1, 2, 3, 5, 9, 17, 33 };
+    static const int outs[] = { 1, 7, 37, 64, 129 };
     rng_state r;
     rng_seed(&r, 8);
     for (int k = 0; k < N_WEIGHT_TYPES; k++) {

@@ -4,7 +4,7 @@
  * Until tensor_kernels_init runs, the active table is the reference table
  * itself, so every caller works without initialisation.  tensor_kernels_init
  * copies the reference entries into a table of its own, lets the
- * instruction-set files (quant_avx2.c, quant_neon.c) replace the function
+ * instruction-set files (quant_avx2.c, quant_avx512.c, quant_neon.c) replace the function
  * pointers they have faster versions of, as the CPU probe allows, and only
  * then publishes the table.  RACIMO_KERNELS=ref skips the patching.
  */
@@ -39,13 +39,17 @@ static void init(void)
     for (int t = 0; t < TT_COUNT; t++)
         table[t] = *tensor_type_traits_ref(t);
     /* RACIMO_KERNELS: "ref" keeps the reference code; "avx2" leaves out
-     * the AVX-VNNI kernels (to measure what an AVX2-only CPU gets). */
+     * the AVX-VNNI and AVX-512 kernels (to measure what an AVX2-only CPU
+     * gets); "avx2+vnni" leaves out only the AVX-512 ones; "avx512" installs
+     * every AVX-512 kernel, also those no faster than their AVX-VNNI twins
+     * (to test them on CPUs with both). */
     const char *env = getenv("RACIMO_KERNELS");
     const int want_ref = env && !strcmp(env, "ref");
     const int no_ext = env && !strcmp(env, "avx2");
-    if (env && *env && !want_ref && !no_ext)
-        rc_log(LOG_WARN, "RACIMO_KERNELS=%s: known values are \"ref\" and \"avx2\"; "
-               "choosing by CPU", env);
+    const int no_512 = no_ext || (env && !strcmp(env, "avx2+vnni"));
+    if (env && *env && !want_ref && !no_512 && strcmp(env, "avx512"))
+        rc_log(LOG_WARN, "RACIMO_KERNELS=%s: known values are \"ref\", \"avx2\", "
+               "\"avx2+vnni\" and \"avx512\"; choosing by CPU", env);
     if (!want_ref) {
 #if defined(__x86_64__)
         if (cpu_has(CPU_AVX2) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C)) {
@@ -53,6 +57,16 @@ static void init(void)
             tensor__kernels_avx2(table, vnni);
             atomic_store_explicit(&vec_mad, tensor__vec_mad_f32_avx2, memory_order_relaxed);
             kernels_name = vnni ? "avx2+vnni" : "avx2";
+            if (!no_512 && cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) &&
+                cpu_has(CPU_AVX512VL) && cpu_has(CPU_AVX512VNNI)) {
+                tensor__kernels_avx512(table, !vnni || (env && !strcmp(env, "avx512")));
+                kernels_name = vnni ? "avx2+vnni+avx512" : "avx2+avx512";
+            } else if (env && !strcmp(env, "avx512")) {
+                rc_log(LOG_WARN, "RACIMO_KERNELS=avx512: this CPU lacks AVX-512 F, BW, VL "
+                       "or VNNI; using %s", kernels_name);
+            }
+        } else if (env && !strcmp(env, "avx512")) {
+            rc_log(LOG_WARN, "RACIMO_KERNELS=avx512: this CPU lacks AVX2; using the reference");
         }
 #elif defined(__aarch64__)
         if (cpu_has(CPU_NEON)) {

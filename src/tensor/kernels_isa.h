@@ -17,6 +17,12 @@ void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
 void tensor__vec_mad_f32_avx2(float *y, const float *x, float a, int64_t n);
 
+/* x86-64 with AVX-512 F, BW, VL and VNNI (quant_avx512.c): the Q4_0 and
+ * Q8_0 dot products (vec_dot, vec_dot_tile, tile_x_prep), installed over
+ * the AVX2 set's; Q8_0's tile only with `q8_tile` (no faster than the
+ * AVX-VNNI one, so chosen where that is missing). */
+void tensor__kernels_avx512(tensor_traits *table, int q8_tile);
+
 /* arm64 NEON; `has_dotprod` when the CPU has the SDOT/UDOT instructions. */
 void tensor__kernels_neon(tensor_traits *table, int has_dotprod);
 

@@ -162,10 +162,13 @@ const tensor_traits *tensor_type_traits(int type);
 
 /* Installs the fastest kernels this CPU runs into the table returned by
  * tensor_type_traits: the reference code patched by the AVX2 kernels
- * (x86-64 with AVX2, FMA and F16C; AVX-VNNI too when present) or the NEON
- * ones (arm64), as the CPU probe (base/cpu.h) finds.  The environment
- * variable RACIMO_KERNELS=ref keeps the reference code (for comparisons and
- * bisecting); RACIMO_KERNELS=avx2 leaves out the AVX-VNNI kernels.  Idempotent
+ * (x86-64 with AVX2, FMA and F16C; AVX-VNNI too when present; with AVX-512
+ * F, BW, VL and VNNI the Q4_0 and Q8_0 dot products are AVX-512 ones) or
+ * the NEON ones (arm64), as the CPU probe (base/cpu.h) finds.  The
+ * environment variable RACIMO_KERNELS=ref keeps the reference code (for
+ * comparisons and bisecting); RACIMO_KERNELS=avx2 leaves out the AVX-VNNI
+ * and AVX-512 kernels; RACIMO_KERNELS=avx512 installs every AVX-512 kernel
+ * (the default leaves out those no faster than the AVX-VNNI ones).  Idempotent
  * and thread safe (the first call does the work, later ones wait for it);
  * the pointers returned before the call stay valid (they point to the
  * reference entries). */
@@ -199,7 +202,8 @@ size_t tensor_tile_x_bytes(const tensor_traits *t, int64_t n);
 void tensor_vec_mad_f32(float *y, const float *x, float a, int64_t n);
 
 /* The kernel set tensor_kernels_init installed: "ref", "avx2",
- * "avx2+vnni", "neon" or "neon+dotprod" ("ref" before the call). */
+ * "avx2+vnni", "avx2+avx512", "avx2+vnni+avx512", "neon" or "neon+dotprod"
+ * ("ref" before the call). */
 const char *tensor_kernels_name(void);
 
 #endif
