@@ -3,6 +3,7 @@
  * (forkpty) the way a person types: lines, Ctrl-C during an answer, Ctrl-D.
  * The binary comes from $RACIMO_BIN (set by the Makefile). */
 #include "test.h"
+#include "cli_util.h"
 #include "model_util.h"
 #include "tensor/types.h"
 
@@ -17,43 +18,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *bin(void)
-{
-    const char *b = getenv("RACIMO_BIN");
-    if (!b)
-        SKIP("RACIMO_BIN is not set (run through make test)");
-    return b;
-}
 
-/* Runs a shell command, returns its exit status and stdout+stderr. */
-static int run(const char *cmd, char *out, size_t cap)
-{
-    char full[4096];
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 TEST(cli_run_streams_and_reports)
 {
     const char *mpath = test_make_model("tiny", TT_Q8_0, NULL);
     char cmd[16384], out[65536];
-    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'the quick brown fox' -n 12 --temp 0 -t 1", bin(), mpath);
-    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'the quick brown fox' -n 12 --temp 0 -t 1", test_bin(), mpath);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
     CHECK(strstr(out, "generation: 12 tokens") != NULL);
     CHECK(strstr(out, "prompt: ") != NULL && strstr(out, "tokens/s") != NULL);
     /* greedy is reproducible */
     char out2[65536];
-    CHECK_INT(run(cmd, out2, sizeof out2), ==, 0);
+    CHECK_INT(test_run(cmd, out2, sizeof out2), ==, 0);
     CHECK(!strncmp(out, out2, (size_t)(strstr(out, "\nprompt:") - out)));
     /* a seeded sample too */
-    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'hello' -n 8 --temp 1 --seed 42 -t 1", bin(), mpath);
-    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
-    CHECK_INT(run(cmd, out2, sizeof out2), ==, 0);
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'hello' -n 8 --temp 1 --seed 42 -t 1", test_bin(), mpath);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
+    CHECK_INT(test_run(cmd, out2, sizeof out2), ==, 0);
     CHECK(!strncmp(out, out2, (size_t)(strstr(out, "\nprompt:") - out)));
     CHECK(strstr(out, "seed 42") != NULL);
 }
@@ -78,8 +60,8 @@ TEST(cli_errors_are_one_line)
             snprintf(args, sizeof args, "%.*s%s%s", (int)(m - cases[i].args), cases[i].args, mpath, m + 5);
         else
             snprintf(args, sizeof args, "%s", cases[i].args);
-        snprintf(cmd, sizeof cmd, "%s %s", bin(), args);
-        int st = run(cmd, out, sizeof out);
+        snprintf(cmd, sizeof cmd, "%s %s", test_bin(), args);
+        int st = test_run(cmd, out, sizeof out);
         if (st == 0 || !strstr(out, cases[i].want))
             FAIL("'%s': status %d, output '%s' lacks '%s'", args, st, out, cases[i].want);
     }
@@ -89,17 +71,17 @@ TEST(cli_tokenize_roundtrip)
 {
     const char *mpath = test_make_model("tiny", TT_F32, NULL);
     char cmd[16384], out[8192], ids[4096];
-    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --json 'the end, señor'", bin(), mpath);
-    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --json 'the end, señor'", test_bin(), mpath);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
     CHECK(out[0] == '[');
     snprintf(ids, sizeof ids, "%.4000s", out);
     ids[strcspn(ids, "\n")] = '\0';
-    snprintf(cmd, sizeof cmd, "%s detokenize -m %s '%s'", bin(), mpath, ids);
-    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    snprintf(cmd, sizeof cmd, "%s detokenize -m %s '%s'", test_bin(), mpath, ids);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
     CHECK(strstr(out, "the end, señor") != NULL);
     /* special tokens only with --special */
-    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --no-bos --special '<|eot_id|>'", bin(), mpath);
-    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --no-bos --special '<|eot_id|>'", test_bin(), mpath);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
     CHECK_STR(out, "511\n");
 }
 
@@ -111,13 +93,13 @@ TEST(cli_template_prints_prompt)
     FILE *f = fopen(path, "w");
     fputs("[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hola\"}]", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s template -m %s --messages %s", bin(), mpath, path);
-    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    snprintf(cmd, sizeof cmd, "%s template -m %s --messages %s", test_bin(), mpath, path);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
     CHECK_STR(out, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
                    "<|start_header_id|>user<|end_header_id|>\n\nHola<|eot_id|>"
                    "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    snprintf(cmd, sizeof cmd, "%s template -m %s --messages %s --no-generation-prompt", bin(), mpath, path);
-    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    snprintf(cmd, sizeof cmd, "%s template -m %s --messages %s --no-generation-prompt", test_bin(), mpath, path);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
     CHECK(strstr(out, "assistant") == NULL);
     /* --chat-template-file overrides the model's */
     char tpl[512];
@@ -125,8 +107,8 @@ TEST(cli_template_prints_prompt)
     f = fopen(tpl, "w");
     fputs("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s template -m %s --messages %s --chat-template-file %s", bin(), mpath, path, tpl);
-    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    snprintf(cmd, sizeof cmd, "%s template -m %s --messages %s --chat-template-file %s", test_bin(), mpath, path, tpl);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
     CHECK_STR(out, "[system] Be brief.\n[user] Hola\n");
 }
 
@@ -165,7 +147,7 @@ static int expect(term *t, size_t from, const char *want, int timeout_ms)
 TEST_T(cli_chat_in_a_terminal, 120)
 {
     const char *mpath = test_make_model("tiny", TT_Q8_0, NULL);
-    const char *b = bin();
+    const char *b = test_bin();
     term t = { 0 };
     pid_t pid = forkpty(&t.fd, NULL, NULL, NULL);
     CHECK(pid >= 0);

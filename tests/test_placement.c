@@ -3,6 +3,7 @@
  * placement from a cluster view and the published mem_offer, and `racimo
  * plan` / `racimo serve --max-memory` as processes ($RACIMO_BIN). */
 #include "test.h"
+#include "cli_util.h"
 #include "model_util.h"
 
 #include "base/err.h"
@@ -461,25 +462,7 @@ TEST(placement_cluster_publishes_mem_offer)
 
 /* ---- the commands ---- */
 
-static const char *bin(void)
-{
-    const char *b = getenv("RACIMO_BIN");
-    if (!b)
-        SKIP("RACIMO_BIN is not set (run through make test)");
-    return b;
-}
 
-static int run(const char *cmd, char *out, size_t cap)
-{
-    char full[4096];
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 TEST(placement_cli_plan)
 {
@@ -491,15 +474,15 @@ TEST(placement_cli_plan)
     gguf_close(f);
     char cmd[4096], out[16384];
     /* one node holds it */
-    snprintf(cmd, sizeof cmd, "%s plan -m %s --ctx 64 --parallel 1 --node box:1G:25", bin(), m);
-    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+    snprintf(cmd, sizeof cmd, "%s plan -m %s --ctx 64 --parallel 1 --node box:1G:25", test_bin(), m);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
     CHECK(strstr(out, "box") != NULL);
     CHECK(strstr(out, "0-1 (2)") != NULL);
     CHECK(strstr(out, "fits on 1 node") != NULL);
     /* forced over two: a layer each, in JSON */
     snprintf(cmd, sizeof cmd, "%s plan -m %s --ctx 64 --parallel 1 --min-nodes 2 --json "
-                              "--node b:1G --node a:1G:30", bin(), m);
-    CHECK_INT(run(cmd, out, sizeof out), ==, 0);
+                              "--node b:1G --node a:1G:30", test_bin(), m);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
     json_t *j = json_loads(out, 0, NULL);
     CHECK(j != NULL);
     CHECK(json_is_true(json_object_get(j, "fits")));
@@ -512,9 +495,9 @@ TEST(placement_cli_plan)
     json_decref(j);
     /* too small: exit 1, the shortfall and advice */
     uint64_t need = model_sizes_stage_bytes(&ms, 0, 2) + model_sizes_kv_bytes(&ms, 0, 2, 64);
-    snprintf(cmd, sizeof cmd, "%s plan -m %s --ctx 64 --parallel 1 --node a:%lluK", bin(), m,
+    snprintf(cmd, sizeof cmd, "%s plan -m %s --ctx 64 --parallel 1 --node a:%lluK", test_bin(), m,
              (unsigned long long)(need / 1024 - 8));
-    CHECK_INT(run(cmd, out, sizeof out), ==, 1);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 1);
     CHECK(strstr(out, "does not fit: needs ") != NULL);
     CHECK(strstr(out, "short by") != NULL);
     CHECK(strstr(out, "--ctx ") != NULL);
@@ -542,8 +525,8 @@ TEST(placement_cli_plan)
             snprintf(args, sizeof args, "%.*s%s%s", (int)(p - bad[i].args), bad[i].args, m, p + 5);
         else
             snprintf(args, sizeof args, "%s", bad[i].args);
-        snprintf(cmd, sizeof cmd, "%s %s", bin(), args);
-        int rc = run(cmd, out, sizeof out);
+        snprintf(cmd, sizeof cmd, "%s %s", test_bin(), args);
+        int rc = test_run(cmd, out, sizeof out);
         if (rc != bad[i].rc || !strstr(out, bad[i].want))
             FAIL("'%s': exit %d (want %d), output lacks '%s':\n%s", args, rc, bad[i].rc,
                  bad[i].want, out);
@@ -554,7 +537,7 @@ TEST(placement_cli_plan)
  * the offer travels through the hardware JSON into the plan. */
 TEST_T(placement_cli_plan_asks_a_node, 90)
 {
-    const char *b = bin();
+    const char *b = test_bin();
     const char *m = test_make_model("tiny", TT_F32, NULL);
     char dir[600], models[700];
     snprintf(dir, sizeof dir, "%s/state", test_tmpdir());
@@ -589,11 +572,11 @@ TEST_T(placement_cli_plan_asks_a_node, 90)
     char cmd[2048], out[16384];
     snprintf(cmd, sizeof cmd, "%s plan -m %s --ctx 64 --parallel 1 --cluster http://127.0.0.1:%d",
              b, m, port);
-    int rc = run(cmd, out, sizeof out);
+    int rc = test_run(cmd, out, sizeof out);
     snprintf(cmd, sizeof cmd, "%s plan -m %s --ctx 64 --parallel 1 --json --cluster http://127.0.0.1:%d",
              b, m, port);
     char js[16384];
-    int rcj = run(cmd, js, sizeof js);
+    int rcj = test_run(cmd, js, sizeof js);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     fclose(err);
