@@ -20,6 +20,7 @@
 
 #include "base/cpu.h"
 #include "base/rng.h"
+#include "tensor/attend.h"
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
 #include "tensor/pool.h"
@@ -668,4 +669,86 @@ TEST(kernels_matmul_batch_invariant)
         free(wdata);
     }
     pool_free(pool);
+}
+
+/* ---- attention and SwiGLU -------------------------------------------------- */
+
+/* The active attention (SIMD when the CPU has it) against the reference, at
+ * widths on and off the 8-float grid, group sizes 1-8, cache strides wider
+ * than a head, position counts around the 8-position step and the tiles,
+ * and scores from flat to peaked (scale 0.01 to 30). */
+TEST(kernels_attend_vs_ref)
+{
+    tensor_kernels_init();
+    rng_state r;
+    rng_seed(&r, 41);
+    static const int dims[][2] = { { 64, 64 }, { 128, 128 }, { 8, 16 }, { 72, 40 }, { 20, 12 } };
+    static const int groups[] = { 1, 3, 4, 8 };
+    static const int lens[] = { 1, 7, 8, 9, 127, 129, 300 };
+    static const float scales[] = { 0.01f, 0.125f, 30.0f };
+    int checked = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+                    const int D = dims[di][0], Dv = dims[di][1], G = groups[gi], n = lens[li];
+                    const size_t ks = (size_t)D * 3 + 8, vs = (size_t)Dv * 2 + 8;
+                    float *q = xmalloc(sizeof(float) * G * D), *k = xmalloc(sizeof(float) * ks * n);
+                    float *v = xmalloc(sizeof(float) * vs * n);
+                    float *s1 = xmalloc(sizeof(float) * G * n), *s2 = xmalloc(sizeof(float) * G * n);
+                    float *o1 = xmalloc(sizeof(float) * G * Dv), *o2 = xmalloc(sizeof(float) * G * Dv);
+                    for (int i = 0; i < G * D; i++)
+                        q[i] = rng_normal(&r);
+                    for (size_t i = 0; i < ks * (size_t)n; i++)
+                        k[i] = rng_normal(&r);
+                    for (size_t i = 0; i < vs * (size_t)n; i++)
+                        v[i] = rng_normal(&r);
+                    double top = 0;     /* the largest |score| */
+                    for (int g = 0; g < G; g++)
+                        for (int p = 0; p < n; p++) {
+                            double dot = 0;
+                            for (int i = 0; i < D; i++)
+                                dot += (double)q[g * D + i] * k[(size_t)p * ks + i];
+                            top = fmax(top, fabs(dot * scales[si]));
+                        }
+                    tensor_attend_ref(q, G, D, Dv, scales[si], k, ks, v, vs, n, s1, o1);
+                    tensor_attend(q, G, D, Dv, scales[si], k, ks, v, vs, n, s2, o2);
+                    /* Outputs are convex combinations of N(0,1) values; a score
+                     * summed in another order moves by a few ulp of its size,
+                     * and its weight by as much relatively. */
+                    const double tol = 2e-5 + 8 * 0x1p-24 * top;
+                    for (int i = 0; i < G * Dv; i++) {
+                        if (!(fabs(o1[i] - o2[i]) <= tol * (1 + fabs(o1[i]))))
+                            FAIL("D %d Dv %d group %d positions %d scale %g: out[%d] %.8g, reference %.8g",
+                                 D, Dv, G, n, scales[si], i, o2[i], o1[i]);
+                    }
+                    checked++;
+                    free(q); free(k); free(v); free(s1); free(s2); free(o1); free(o2);
+                }
+    CHECK_INT(checked, ==, 5 * 4 * 7 * 3);
+}
+
+TEST(kernels_swiglu_vs_ref)
+{
+    tensor_kernels_init();
+    rng_state r;
+    rng_seed(&r, 43);
+    static const size_t lens[] = { 1, 7, 8, 9, 1000 };
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const size_t n = lens[li];
+        float *a1 = xmalloc(sizeof(float) * n), *a2 = xmalloc(sizeof(float) * n);
+        float *b = xmalloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) {
+            /* the middle, and past the exponential's clamps both ways */
+            a1[i] = i % 5 == 4 ? (i % 2 ? 95.0f : -95.0f) * (float)rng_uniform(&r) : 6 * rng_normal(&r);
+            a2[i] = a1[i];
+            b[i] = rng_normal(&r);
+        }
+        tensor_swiglu_ref(a1, b, n);
+        tensor_swiglu(a2, b, n);
+        for (size_t i = 0; i < n; i++)
+            if (!(fabs(a1[i] - a2[i]) <= 1e-6 * fabs(a1[i]) + 1e-30))
+                FAIL("n %zu: [%zu] %.9g, reference %.9g", n, i, a2[i], a1[i]);
+        free(a1); free(a2); free(b);
+    }
 }

@@ -36,7 +36,7 @@ static void usage(FILE *f)
         "  -n N          tokens per generation run (0 skips)\n"
         "  -d, --depth N tokens already in the context before each run (default 0)\n"
         "  -t N          threads (default: physical cores)\n"
-        "  -b N          prompt batch size (default: min(p, 512))\n"
+        "  -b N          prompt batch size (default: min(max(p, depth), 512))\n"
         "  --reps N      repetitions (default 5)\n"
         "  --batch-decode K[,K...]\n"
         "                also generate -n tokens with K sequences decoding together\n"
@@ -208,8 +208,10 @@ int cmd_bench(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!batch)
-        batch = p > 0 ? (p < 512 ? p : 512) : 1;
+    if (!batch) {   /* prompts and the --depth fill go in batches of up to 512 */
+        long longest = p > depth ? p : depth;
+        batch = longest > 0 ? (longest < 512 ? longest : 512) : 1;
+    }
     for (int i = 0; i < n_bd; i++)
         if (bd[i] > max_k)
             max_k = bd[i];

@@ -20,6 +20,7 @@
 #include "stage.h"
 #include "base/err.h"
 #include "base/mem.h"
+#include "tensor/attend.h"
 #include "tensor/types.h"
 
 #include <math.h>
@@ -42,7 +43,7 @@ struct stage {
     float *ff_a;    /* [B][max(F, Fx)] gate */
     float *ff_b;    /* [B][max(F, Fx)] up */
     float *ff_o;    /* [B][E] FFN output before accumulation */
-    float *scores;  /* [n_threads][n_ctx] attention weights per thread */
+    float *scores;  /* [n_threads][H / Hk][n_ctx] attention weights per thread */
     float *rope_cs; /* [B][rope_dim] cos, sin pairs per row */
     float *router;  /* [B][X] */
     int   *sel;     /* [B][K] chosen experts */
@@ -64,24 +65,6 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
     for (int i = 0; i < n; i++)
         out[i] = x[i] * scale * w[i];
 }
-
-static void softmax(float *x, int n)
-{
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (x[i] > max)
-            max = x[i];
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += x[i];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++)
-        x[i] *= inv;
-}
-
-static inline float silu(float z) { return z / (1.0f + expf(-z)); }
 
 /* Rotates one head in place.  cs holds (cos, sin) for each of the
  * rope_dim / 2 pairs.  NORM layout pairs (2i, 2i+1); NEOX pairs (i, i+d/2). */
@@ -120,33 +103,28 @@ typedef struct {
     int layer;       /* local layer index */
 } att_task;
 
-/* One (row, head) pair per work item; items are dealt to threads in turn,
- * since under the causal mask later rows cost more.  The q.k products and
- * the weighted sum of values use the tensor layer's SIMD kernels. */
+/* One (row, KV head) pair per work item: the query heads that read the KV
+ * head are done together, so its cache is read once for all of them
+ * (tensor_attend).  Items are dealt to threads in turn, since under the
+ * causal mask later rows cost more. */
 static void attention_task(void *arg, int ith, int nth)
 {
     att_task *t = arg;
     stage *s = t->s;
     const model_hparams *hp = &s->m->hp;
-    const int H = hp->n_head, D = hp->head_dim, Dv = hp->head_dim_v;
-    const int group = hp->n_head / hp->n_head_kv;
+    const int H = hp->n_head, Hk = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v;
+    const int group = H / Hk;
     const float scale = 1.0f / sqrtf((float)D);
-    const dot_f32_fn dot = tensor_type_traits(TT_F32)->dot_f32;
-    float *scores = s->scores + (size_t)ith * s->p.n_ctx;
-    const long n_items = (long)t->b->n_rows * H;
+    float *scores = s->scores + (size_t)ith * group * s->p.n_ctx;
+    const long n_items = (long)t->b->n_rows * Hk;
     for (long item = ith; item < n_items; item += nth) {
-        int r = (int)(item / H), head = (int)(item % H), kvh = head / group;
+        int r = (int)(item / Hk), kvh = (int)(item % Hk);
         int seq = t->b->seq[r], pos = t->b->pos[r];
-        const float *q = s->q + (size_t)r * H * D + (size_t)head * D;
-        for (int p = 0; p <= pos; p++) {
-            const float *k = kv_k(&s->kv, t->layer, seq, p) + (size_t)kvh * D;
-            scores[p] = dot(k, q, D) * scale;
-        }
-        softmax(scores, pos + 1);
-        float *o = s->att + (size_t)r * H * Dv + (size_t)head * Dv;
-        memset(o, 0, (size_t)Dv * sizeof(float));
-        for (int p = 0; p <= pos; p++)
-            tensor_vec_mad_f32(o, kv_v(&s->kv, t->layer, seq, p) + (size_t)kvh * Dv, scores[p], Dv);
+        const float *q = s->q + (size_t)r * H * D + (size_t)kvh * group * D;
+        float *o = s->att + (size_t)r * H * Dv + (size_t)kvh * group * Dv;
+        tensor_attend(q, group, D, Dv, scale, kv_k(&s->kv, t->layer, seq, 0) + (size_t)kvh * D,
+                      (size_t)s->kv.k_width, kv_v(&s->kv, t->layer, seq, 0) + (size_t)kvh * Dv,
+                      (size_t)s->kv.v_width, pos + 1, scores, o);
     }
 }
 
@@ -212,10 +190,30 @@ static void attention_block(stage *s, const stage_batch *b, int il)
 
 /* ---- feed-forward ---- */
 
-static void swiglu(float *a, const float *bb, size_t n)
+/* The gate over all rows, cut into slices for the threads (a prompt's
+ * B x F values are worth it; one row's are not). */
+typedef struct { float *a; const float *b; size_t n; } swiglu_task_t;
+
+enum { SWIGLU_SLICE = 16384 };
+
+static void swiglu_task(void *arg, int ith, int nth)
 {
-    for (size_t i = 0; i < n; i++)
-        a[i] = silu(a[i]) * bb[i];
+    swiglu_task_t *t = arg;
+    const size_t n_slices = (t->n + SWIGLU_SLICE - 1) / SWIGLU_SLICE;
+    for (size_t i = (size_t)ith; i < n_slices; i += (size_t)nth) {
+        size_t i0 = i * SWIGLU_SLICE, n = t->n - i0 < SWIGLU_SLICE ? t->n - i0 : SWIGLU_SLICE;
+        tensor_swiglu(t->a + i0, t->b + i0, n);
+    }
+}
+
+static void swiglu(stage *s, float *a, const float *b, size_t n)
+{
+    if (n <= SWIGLU_SLICE) {
+        tensor_swiglu(a, b, n);
+        return;
+    }
+    swiglu_task_t t = { a, b, n };
+    pool_run(s->pool, swiglu_task, &t);
 }
 
 static void dense_ffn(stage *s, int B, const layer_weights *L)
@@ -223,7 +221,7 @@ static void dense_ffn(stage *s, int B, const layer_weights *L)
     const int E = s->m->hp.n_embd, F = s->m->hp.n_ff;
     mm(s, &L->w_gate, s->h, B, s->ff_a);
     mm(s, &L->w_up, s->h, B, s->ff_b);
-    swiglu(s->ff_a, s->ff_b, (size_t)B * F);
+    swiglu(s, s->ff_a, s->ff_b, (size_t)B * F);
     mm(s, &L->w_down, s->ff_a, B, s->ff_o);
     for (size_t i = 0; i < (size_t)B * E; i++)
         s->x[i] += s->ff_o[i];
@@ -239,7 +237,7 @@ static void moe_ffn(stage *s, int B, const layer_weights *L)
     mm(s, &L->gate_inp, s->h, B, s->router);
     for (int r = 0; r < B; r++) {
         float *p = s->router + (size_t)r * X;
-        softmax(p, X);
+        tensor_softmax(p, X);
         int *sel = s->sel + (size_t)r * K;
         float *w = s->sel_w + (size_t)r * K, sum = 0.0f;
         for (int k = 0; k < K; k++) {
@@ -278,7 +276,7 @@ static void moe_ffn(stage *s, int B, const layer_weights *L)
                down = tensor_slice2(&L->down_exps, e);
         mm(s, &gate, s->ff_o, n, s->ff_a);
         mm(s, &up, s->ff_o, n, s->ff_b);
-        swiglu(s->ff_a, s->ff_b, (size_t)n * Fx);
+        swiglu(s, s->ff_a, s->ff_b, (size_t)n * Fx);
         mm(s, &down, s->ff_a, n, s->ff_o);
         for (int i = 0; i < n; i++) {
             float *x = s->x + (size_t)s->rows[i] * E;
@@ -430,7 +428,8 @@ int stage_new(const model *m, const stage_params *p, stage **out)
         { (void **)&s->ff_a, B * ff, sizeof(float) },
         { (void **)&s->ff_b, B * ff, sizeof(float) },
         { (void **)&s->ff_o, B * E, sizeof(float) },
-        { (void **)&s->scores, (size_t)p->n_threads * p->n_ctx, sizeof(float) },
+        { (void **)&s->scores, (size_t)p->n_threads * (hp->n_head / hp->n_head_kv) * p->n_ctx,
+          sizeof(float) },
         { (void **)&s->rope_cs, B * hp->rope_dim, sizeof(float) },
         { (void **)&s->router, B * X, sizeof(float) },
         { (void **)&s->sel, B * K, sizeof(int) },

@@ -18,18 +18,17 @@
 
 #include "base/cpu.h"
 #include "base/log.h"
+#include "tensor/attend.h"
 #include "tensor/kernels_isa.h"
 
-typedef void (*vec_mad_fn)(float *y, const float *x, float a, int64_t n);
-
-static void vec_mad_ref(float *y, const float *x, float a, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        y[i] += a * x[i];
-}
+typedef void (*attend_fn)(const float *q, int n_q, int D, int Dv, float scale,
+                          const float *k, size_t k_stride, const float *v, size_t v_stride,
+                          int n_pos, float *scores, float *out);
+typedef void (*swiglu_fn)(float *a, const float *b, size_t n);
 
 static tensor_traits table[TT_COUNT];
-static _Atomic(vec_mad_fn) vec_mad = vec_mad_ref;
+static _Atomic(attend_fn) attend = tensor_attend_ref;
+static _Atomic(swiglu_fn) swiglu = tensor_swiglu_ref;
 static _Atomic(const tensor_traits *) active;  /* NULL: use the reference table */
 static const char *kernels_name = "ref";
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -55,7 +54,8 @@ static void init(void)
         if (cpu_has(CPU_AVX2) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C)) {
             const int vnni = !no_ext && cpu_has(CPU_AVX_VNNI);
             tensor__kernels_avx2(table, vnni);
-            atomic_store_explicit(&vec_mad, tensor__vec_mad_f32_avx2, memory_order_relaxed);
+            atomic_store_explicit(&attend, tensor__attend_avx2, memory_order_relaxed);
+            atomic_store_explicit(&swiglu, tensor__swiglu_avx2, memory_order_relaxed);
             kernels_name = vnni ? "avx2+vnni" : "avx2";
             if (!no_512 && cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) &&
                 cpu_has(CPU_AVX512VL) && cpu_has(CPU_AVX512VNNI)) {
@@ -100,9 +100,19 @@ size_t tensor_tile_x_bytes(const tensor_traits *t, int64_t n)
     return (size_t)(n / bs) * t->tile_x_block_bytes;
 }
 
-void tensor_vec_mad_f32(float *y, const float *x, float a, int64_t n)
+void tensor_attend(const float *q, int n_q, int D, int Dv, float scale,
+                   const float *k, size_t k_stride, const float *v, size_t v_stride,
+                   int n_pos, float *scores, float *out)
 {
-    atomic_load_explicit(&vec_mad, memory_order_relaxed)(y, x, a, n);
+    tensor_kernels_init();
+    atomic_load_explicit(&attend, memory_order_relaxed)(q, n_q, D, Dv, scale, k, k_stride, v,
+                                                        v_stride, n_pos, scores, out);
+}
+
+void tensor_swiglu(float *a, const float *b, size_t n)
+{
+    tensor_kernels_init();
+    atomic_load_explicit(&swiglu, memory_order_relaxed)(a, b, n);
 }
 
 const char *tensor_kernels_name(void)

@@ -15,7 +15,10 @@
 void tensor__kernels_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
-void tensor__vec_mad_f32_avx2(float *y, const float *x, float a, int64_t n);
+void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale,
+                         const float *k, size_t k_stride, const float *v, size_t v_stride,
+                         int n_pos, float *scores, float *out);
+void tensor__swiglu_avx2(float *a, const float *b, size_t n);
 
 /* x86-64 with AVX-512 F, BW, VL and VNNI (quant_avx512.c): the Q4_0 and
  * Q8_0 dot products (vec_dot, vec_dot_tile, tile_x_prep), installed over

@@ -463,18 +463,6 @@ DOT_F32(q5_0, block_q5_0)
 DOT_F32(q5_1, block_q5_1)
 DOT_F32(q8_0, block_q8_0)
 
-/* y += a * x with a separate multiply and add, like the scalar code. */
-void tensor__vec_mad_f32_avx2(float *y, const float *x, float a, int64_t n)
-{
-    const __m256 av = _mm256_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
-                                              _mm256_mul_ps(av, _mm256_loadu_ps(x + i))));
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
-
 /* ---- registration -------------------------------------------------------- */
 
 void tensor__kernels_avx2(tensor_traits *table, int use_vnni)

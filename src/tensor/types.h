@@ -196,11 +196,6 @@ size_t tensor_row_bytes(int type, int64_t n);
  * (tile_x_block_bytes per activation block, or the vec_dot_type row). */
 size_t tensor_tile_x_bytes(const tensor_traits *t, int64_t n);
 
-/* y[i] += a * x[i] for i < n (a multiply, then an add, as in C: every
- * implementation gives the same bits).  The weighted sum of attention
- * values; SIMD after tensor_kernels_init when the CPU has it. */
-void tensor_vec_mad_f32(float *y, const float *x, float a, int64_t n);
-
 /* The kernel set tensor_kernels_init installed: "ref", "avx2",
  * "avx2+vnni", "avx2+avx512", "avx2+vnni+avx512", "neon" or "neon+dotprod"
  * ("ref" before the call). */

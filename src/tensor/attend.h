@@ -1,0 +1,37 @@
+/* attend.h - the float work of a transformer layer outside the matrix
+ * products: attention of one KV head's query heads over the cache, and the
+ * SwiGLU gate.  SIMD versions are chosen by tensor_kernels_init like the
+ * dot products; the reference versions (attend_ref.c) are what the tests
+ * compare them with.
+ */
+#ifndef RC_ATTEND_H
+#define RC_ATTEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Attention of n_q query heads that share one KV head, over n_pos cached
+ * positions (n_pos >= 1):
+ *   out[g] = sum_p softmax_p(scale * q[g] . k_p) v_p      for g < n_q
+ * q: n_q rows of D floats, consecutive; k_p = k + p * k_stride (D floats),
+ * v_p = v + p * v_stride (Dv floats); out: n_q rows of Dv floats.
+ * scores: scratch of n_q * n_pos floats.  Results agree with the reference
+ * to float rounding (the SIMD exponential is within 2 ulp of expf). */
+void tensor_attend(const float *q, int n_q, int D, int Dv, float scale,
+                   const float *k, size_t k_stride, const float *v, size_t v_stride,
+                   int n_pos, float *scores, float *out);
+
+/* a[i] = silu(a[i]) * b[i] = a[i] / (1 + exp(-a[i])) * b[i], i < n. */
+void tensor_swiglu(float *a, const float *b, size_t n);
+
+/* x[i] = exp(x[i] - max) / sum, i < n (n >= 1): libm's exponential, the
+ * sum in double.  Plain C in every build (MoE routing weights). */
+void tensor_softmax(float *x, int n);
+
+/* The reference versions, for tests and for CPUs without SIMD kernels. */
+void tensor_attend_ref(const float *q, int n_q, int D, int Dv, float scale,
+                       const float *k, size_t k_stride, const float *v, size_t v_stride,
+                       int n_pos, float *scores, float *out);
+void tensor_swiglu_ref(float *a, const float *b, size_t n);
+
+#endif

@@ -1,0 +1,203 @@
+/* attend_avx2.c - attention and SwiGLU (attend.h) with AVX2 and FMA.
+ *
+ * Attention streams the cache once: the positions go in tiles (TILE of
+ * them, a few tens of KiB of keys or values), and every query head of the
+ * group works on a tile while it is in the L1/L2 cache, so at long context
+ * each key and value byte comes from memory once per token, not once per
+ * query head.  Two passes over the positions: scores (8 positions per step,
+ * their 8 dot products reduced by one transposing sum), then the softmax
+ * of each head (its weights normalised in place, as the reference does),
+ * then the weighted values.  Widths that are not a
+ * multiple of 8 go to the reference code.
+ *
+ * The exponential: 2^n * p(r), x = n ln 2 + r, |r| <= ln 2 / 2, p the
+ * degree-6 polynomial of Cephes' expf (within 2 ulp of libm's over the
+ * range softmax and SiLU use), inputs clamped to [-87.3, 88.3].
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "tensor/attend.h"
+#include "tensor/kernels_isa.h"
+
+#define INLINE static inline __attribute__((always_inline))
+/* the accumulator arrays must become registers: unroll their loops fully */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
+
+enum { TILE = 128, VCHUNK = 8 };   /* positions per tile; ymm per value pass */
+
+INLINE __m256 exp256(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* Lane j: the sum of the 8 lanes of a[j]. */
+INLINE __m256 sum8x8(const __m256 a[8])
+{
+    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+INLINE float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* s[p - p0] = scale * q . k_p for p in [p0, p1). */
+static void scores_tile(const float *q, int D, float scale, const float *k, size_t ks,
+                        int p0, int p1, float *s)
+{
+    const __m256 sc = _mm256_set1_ps(scale);
+    int p = p0;
+    for (; p + 8 <= p1; p += 8) {
+        const float *kp = k + (size_t)p * ks;
+        __m256 acc[8];
+        UNROLL for (int j = 0; j < 8; j++)
+            acc[j] = _mm256_setzero_ps();
+        for (int c = 0; c < D; c += 8) {
+            const __m256 qc = _mm256_loadu_ps(q + c);
+            UNROLL for (int j = 0; j < 8; j++)
+                acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(kp + (size_t)j * ks + c), acc[j]);
+        }
+        _mm256_storeu_ps(s + (p - p0), _mm256_mul_ps(sum8x8(acc), sc));
+    }
+    for (; p < p1; p++) {
+        const float *kp = k + (size_t)p * ks;
+        __m256 acc = _mm256_setzero_ps();
+        for (int c = 0; c < D; c += 8)
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(kp + c), acc);
+        s[p - p0] = hsum(acc) * scale;
+    }
+}
+
+/* s[i] = exp(s[i] - max) for i < n; returns the sum (in double). */
+static double exp_shift(float *s, int n)
+{
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + i));
+    float m = -INFINITY, lanes[8];
+    _mm256_storeu_ps(lanes, mv);
+    for (int j = 0; j < 8; j++)
+        m = lanes[j] > m ? lanes[j] : m;
+    for (; i < n; i++)
+        m = s[i] > m ? s[i] : m;
+    const __m256 mb = _mm256_set1_ps(m);
+    __m256d sum = _mm256_setzero_pd();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), mb));
+        _mm256_storeu_ps(s + i, e);
+        sum = _mm256_add_pd(sum, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)),
+                                               _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1))));
+    }
+    double d[4];
+    _mm256_storeu_pd(d, sum);
+    double total = (d[0] + d[1]) + (d[2] + d[3]);
+    if (i < n) {
+        float tail[8] = { 0 };
+        memcpy(tail, s + i, (size_t)(n - i) * sizeof(float));
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(tail), mb));
+        _mm256_storeu_ps(tail, e);
+        for (int j = 0; j < n - i; j++) {
+            s[i + j] = tail[j];
+            total += tail[j];
+        }
+    }
+    return total;
+}
+
+/* o[0, 8 * NC) += sum over p in [p0, p1) of w[p - p0] * v_p[c0, c0 + 8 * NC). */
+#define DEFINE_VALUES(NAME, NC)                                                               \
+    static void NAME(const float *w, const float *v, size_t vs, int c0, int p0, int p1,      \
+                     float *o)                                                                \
+    {                                                                                         \
+        __m256 acc[NC];                                                                       \
+        UNROLL for (int c = 0; c < NC; c++)                                                   \
+            acc[c] = _mm256_loadu_ps(o + 8 * c);                                              \
+        for (int p = p0; p < p1; p++) {                                                       \
+            const __m256 wp = _mm256_broadcast_ss(w + (p - p0));                              \
+            const float *vp = v + (size_t)p * vs + c0;                                        \
+            UNROLL for (int c = 0; c < NC; c++)                                               \
+                acc[c] = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 8 * c), acc[c]);            \
+        }                                                                                     \
+        UNROLL for (int c = 0; c < NC; c++)                                                   \
+            _mm256_storeu_ps(o + 8 * c, acc[c]);                                              \
+    }
+DEFINE_VALUES(values8, VCHUNK)
+DEFINE_VALUES(values1, 1)
+
+void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale,
+                         const float *k, size_t k_stride, const float *v, size_t v_stride,
+                         int n_pos, float *scores, float *out)
+{
+    if (D % 8 || Dv % 8) {
+        tensor_attend_ref(q, n_q, D, Dv, scale, k, k_stride, v, v_stride, n_pos, scores, out);
+        return;
+    }
+    for (int p0 = 0; p0 < n_pos; p0 += TILE) {
+        const int p1 = n_pos - p0 < TILE ? n_pos : p0 + TILE;
+        for (int g = 0; g < n_q; g++)
+            scores_tile(q + (size_t)g * D, D, scale, k, k_stride, p0, p1,
+                        scores + (size_t)g * n_pos + p0);
+    }
+    for (int g = 0; g < n_q; g++) {
+        float *s = scores + (size_t)g * n_pos;
+        const __m256 inv = _mm256_set1_ps((float)(1.0 / exp_shift(s, n_pos)));
+        int i = 0;
+        for (; i + 8 <= n_pos; i += 8)
+            _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
+        for (; i < n_pos; i++)
+            s[i] *= _mm256_cvtss_f32(inv);
+    }
+    memset(out, 0, (size_t)n_q * Dv * sizeof(float));
+    for (int p0 = 0; p0 < n_pos; p0 += TILE) {
+        const int p1 = n_pos - p0 < TILE ? n_pos : p0 + TILE;
+        for (int g = 0; g < n_q; g++) {
+            const float *w = scores + (size_t)g * n_pos + p0;
+            float *o = out + (size_t)g * Dv;
+            int c = 0;
+            for (; c + 8 * VCHUNK <= Dv; c += 8 * VCHUNK)
+                values8(w, v, v_stride, c, p0, p1, o + c);
+            for (; c < Dv; c += 8)
+                values1(w, v, v_stride, c, p0, p1, o + c);
+        }
+    }
+}
+
+void tensor__swiglu_avx2(float *a, const float *b, size_t n)
+{
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(a + i);
+        const __m256 e = exp256(_mm256_sub_ps(zero, x));
+        _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
+                                              _mm256_loadu_ps(b + i)));
+    }
+    if (i < n)
+        tensor_swiglu_ref(a + i, b + i, n - i);
+}
