@@ -673,9 +673,9 @@ TEST(kernels_matmul_batch_invariant)
 
 /* ---- attention and SwiGLU -------------------------------------------------- */
 
-/* The active attention (SIMD when the CPU has it) against the reference, at
- * widths on and off the 8-float grid, group sizes 1-8, cache strides wider
- * than a head, position counts around the 8-position step and the tiles,
+/* The active attention (SIMD when the CPU has it) against the reference, on
+ * f32 and f16 caches, at widths on and off the 8-float grid, group sizes
+ * 1-8, cache strides wider than a head, position counts around the 8-position step and the tiles,
  * and scores from flat to peaked (scale 0.01 to 30). */
 TEST(kernels_attend_vs_ref)
 {
@@ -687,6 +687,7 @@ TEST(kernels_attend_vs_ref)
     static const int lens[] = { 1, 7, 8, 9, 127, 129, 300 };
     static const float scales[] = { 0.01f, 0.125f, 30.0f };
     int checked = 0;
+    for (int ti = 0; ti < 2; ti++)
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
         for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
             for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
@@ -711,21 +712,32 @@ TEST(kernels_attend_vs_ref)
                                 dot += (double)q[g * D + i] * k[(size_t)p * ks + i];
                             top = fmax(top, fabs(dot * scales[si]));
                         }
-                    tensor_attend_ref(q, G, D, Dv, scales[si], k, ks, v, vs, n, s1, o1);
-                    tensor_attend(q, G, D, Dv, scales[si], k, ks, v, vs, n, s2, o2);
+                    /* the cache as f32, or rounded to f16 (both sides read the same) */
+                    const int type = ti ? TT_F16 : TT_F32;
+                    uint16_t *k16 = xmalloc(sizeof(uint16_t) * ks * n), *v16 = xmalloc(sizeof(uint16_t) * vs * n);
+                    for (size_t i = 0; i < ks * (size_t)n; i++)
+                        k16[i] = fp32_to_fp16(k[i]);
+                    for (size_t i = 0; i < vs * (size_t)n; i++)
+                        v16[i] = fp32_to_fp16(v[i]);
+                    const void *kc = ti ? (const void *)k16 : k, *vc = ti ? (const void *)v16 : v;
+                    tensor_attend_ref(q, G, D, Dv, scales[si], type, kc, ks, vc, vs, n, s1, o1);
+                    tensor_attend(q, G, D, Dv, scales[si], type, kc, ks, vc, vs, n, s2, o2);
+                    free(k16);
+                    free(v16);
                     /* Outputs are convex combinations of N(0,1) values; a score
                      * summed in another order moves by a few ulp of its size,
                      * and its weight by as much relatively. */
                     const double tol = 2e-5 + 8 * 0x1p-24 * top;
                     for (int i = 0; i < G * Dv; i++) {
                         if (!(fabs(o1[i] - o2[i]) <= tol * (1 + fabs(o1[i]))))
-                            FAIL("D %d Dv %d group %d positions %d scale %g: out[%d] %.8g, reference %.8g",
-                                 D, Dv, G, n, scales[si], i, o2[i], o1[i]);
+                            FAIL("%s cache, D %d Dv %d group %d positions %d scale %g: out[%d] %.8g, "
+                                 "reference %.8g", ti ? "f16" : "f32", D, Dv, G, n, scales[si], i,
+                                 o2[i], o1[i]);
                     }
                     checked++;
                     free(q); free(k); free(v); free(s1); free(s2); free(o1); free(o2);
                 }
-    CHECK_INT(checked, ==, 5 * 4 * 7 * 3);
+    CHECK_INT(checked, ==, 2 * 5 * 4 * 7 * 3);
 }
 
 TEST(kernels_swiglu_vs_ref)

@@ -46,6 +46,7 @@ typedef struct {
     int min_nodes;                    /* split every model over at least this many nodes
                                          (benchmarks, tests); 0 = as placement decides */
     bool wire_f32;                    /* pipeline hidden states as f32 (default f16) */
+    bool cache_f16;                   /* KV cache of local instances in f16 (default f32) */
     int idle_unload_s;                /* stop a model idle this long (0: never) */
     struct weights *weights;          /* with a cluster: a model only other nodes have is
                                          pulled (its head, then what this node runs) */

@@ -17,6 +17,7 @@
 #include "base/os.h"
 #include "cluster/cluster.h"
 #include "cluster/pipeline.h"
+#include "tensor/types.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -549,7 +550,7 @@ int api_server_new(const api_config *cfg, api_server **out)
         .ro_dirs = cfg->ro_dirs, .template_file = cfg->template_file,
         .engine = { .n_ctx = cfg->ctx_size, .n_seq = cfg->parallel, .n_batch = cfg->batch,
                     .n_threads = cfg->threads, .max_queue = cfg->queue,
-                    .precision = MATMUL_FAST },
+                    .precision = MATMUL_FAST, .kv_type = cfg->cache_f16 ? TT_F16 : TT_F32 },
         .cluster = cfg->cluster, .pipeline = cfg->pipeline, .min_nodes = cfg->min_nodes,
         .wire_f32 = cfg->wire_f32, .weights = cfg->weights,
     };

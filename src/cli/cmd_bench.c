@@ -43,6 +43,8 @@ static void usage(FILE *f)
         "                (one K-row batch per step, 1 <= K <= 256), for each K listed;\n"
         "                reports aggregate tokens/s\n"
         "  --exact       f32 activations (slow reference path)\n"
+        "  --cache-type T  KV cache elements: f32 (default) or f16 (half the memory\n"
+        "                and the bytes attention reads; llama.cpp's default)\n"
         "  --json        one JSON object on stdout instead of the table\n");
 }
 
@@ -175,7 +177,7 @@ int cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
     long p = 512, n = 128, reps = 5, depth = 0, batch = 0, threads = cli_default_threads();
-    int json = 0, exact = 0, rc = 1, n_bd = 0;
+    int json = 0, exact = 0, rc = 1, n_bd = 0, kv_type = TT_F32;
     long bd[MAX_BATCH_DECODE_LIST], max_k = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -185,6 +187,15 @@ int cmd_bench(int argc, char **argv)
         else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) { path = argv[++i]; continue; }
         else if (!strcmp(a, "--json")) { json = 1; continue; }
         else if (!strcmp(a, "--exact")) { exact = 1; continue; }
+        else if (!strcmp(a, "--cache-type") && has) {
+            const char *t = argv[++i];
+            if (strcmp(t, "f32") && strcmp(t, "f16")) {
+                fprintf(stderr, "racimo: bench: --cache-type takes f32 or f16, got '%s'\n", t);
+                return 2;
+            }
+            kv_type = strcmp(t, "f16") ? TT_F32 : TT_F16;
+            continue;
+        }
         else if (!strcmp(a, "--batch-decode") && has) {
             if ((n_bd = parse_batch_list(argv[++i], bd)) < 0) {
                 usage(stderr);
@@ -246,7 +257,7 @@ int cmd_bench(int argc, char **argv)
     int ctx = (int)(depth + (p > n ? p : n) + 1);
     stage_params sp = { .n_ctx = ctx, .n_seq = (int)max_k, .n_batch = (int)n_batch,
                         .n_threads = (int)threads,
-                        .precision = exact ? MATMUL_EXACT : MATMUL_FAST };
+                        .precision = exact ? MATMUL_EXACT : MATMUL_FAST, .kv_type = kv_type };
     if (stage_new(m, &sp, &s)) {
         rc = cli_error(NULL);
         goto done;
@@ -303,7 +314,11 @@ int cmd_bench(int argc, char **argv)
     spread pp = summarize(pp_rate, p > 0 ? (int)reps : 0);
     spread tg = summarize(tg_rate, n > 0 ? (int)reps : 0);
     uint64_t per_tok = model_decode_bytes(m);
-    double roof = bw > 0 ? bw / (double)per_tok : 0.0;
+    /* generation also reads the cache: depth + n / 2 positions on average */
+    const kv_cache *kv = stage_kv(s);
+    uint64_t kv_tok = (uint64_t)kv->n_layer * (uint64_t)kv->n_head * (uint64_t)(kv->k_dim + kv->v_dim) *
+                      kv->esize * (uint64_t)(depth + n / 2);
+    double roof = bw > 0 ? bw / (double)(per_tok + kv_tok) : 0.0;
     double rss = (double)os_peak_rss_bytes();
     const gguf_file *f = m->file;
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
@@ -314,10 +329,12 @@ int cmd_bench(int argc, char **argv)
                "\"tg_tokens_per_s\": %.3f, \"tg_tokens_per_s_min\": %.3f, \"tg_tokens_per_s_max\": %.3f, "
                "\"load_s\": %.3f, \"peak_rss_bytes\": %.0f, \"kv_cache_bytes\": %zu, "
                "\"mem_bandwidth_bytes_per_s\": %.0f, \"weight_bytes_per_token\": %llu, "
+               "\"kv_bytes_per_token\": %llu, \"kv_cache_type\": \"%s\", "
                "\"tg_roof_tokens_per_s\": %.3f, \"tg_fraction_of_roof\": %.4f",
                name, (unsigned long long)f->size_bytes, threads, depth, p, n, reps,
                pp.median, pp.min, pp.max, tg.median, tg.min, tg.max, load_s, rss,
-               kv_cache_bytes(stage_kv(s)), bw, (unsigned long long)per_tok, roof,
+               kv_cache_bytes(kv), bw, (unsigned long long)per_tok, (unsigned long long)kv_tok,
+               kv->type == TT_F16 ? "f16" : "f32", roof,
                roof > 0 ? tg.median / roof : 0.0);
         if (n_bd) {
             printf(", \"batch_decode\": [");
@@ -341,11 +358,13 @@ int cmd_bench(int argc, char **argv)
             printf("tg%-5ld x%-3ld %9.2f tokens/s  (all sequences; min %.2f, max %.2f; %.2fx tg)\n",
                    n, bd[i], bd_spread[i].median, bd_spread[i].min, bd_spread[i].max,
                    tg.median > 0 ? bd_spread[i].median / tg.median : 0.0);
-        printf("load %.2f s, peak resident %.1f MiB (KV cache %.1f MiB)\n", load_s, rss / 1048576.0,
-               (double)kv_cache_bytes(stage_kv(s)) / 1048576.0);
-        printf("memory bandwidth %.2f GB/s (triad); %.1f MiB of weights per token; "
-               "roof %.2f tokens/s; generation at %.0f%% of roof\n", bw / 1e9,
-               (double)per_tok / 1048576.0, roof, roof > 0 ? 100.0 * tg.median / roof : 0.0);
+        printf("load %.2f s, peak resident %.1f MiB (KV cache %.1f MiB, %s)\n", load_s,
+               rss / 1048576.0, (double)kv_cache_bytes(kv) / 1048576.0,
+               kv->type == TT_F16 ? "f16" : "f32");
+        printf("memory bandwidth %.2f GB/s (triad); %.1f MiB of weights + %.1f MiB of cache per "
+               "token; roof %.2f tokens/s; generation at %.0f%% of roof\n", bw / 1e9,
+               (double)per_tok / 1048576.0, (double)kv_tok / 1048576.0, roof,
+               roof > 0 ? 100.0 * tg.median / roof : 0.0);
     }
     rc = 0;
     goto done;

@@ -70,6 +70,8 @@ static void usage(FILE *f)
         "  --min-nodes N           split every model across at least N nodes (pipeline;\n"
         "                          benchmarks and tests; default: only what does not fit)\n"
         "  --pipeline-wire f16|f32 hidden states between pipeline stages (default f16)\n"
+        "  --cache-type f32|f16  KV cache elements of instances run here (default f32, the\n"
+        "                        reference's numbers; f16 halves the cache's memory)\n"
         "  --no-cluster            serve alone, with no cluster\n");
 }
 
@@ -205,6 +207,12 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--min-nodes")) {
             if (want_int(a, val, 0, PIPELINE_MAX_STAGES, &v)) goto out;
             cfg.min_nodes = (int)v;
+        } else if (!strcmp(a, "--cache-type")) {
+            if (strcmp(val, "f16") && strcmp(val, "f32")) {
+                fprintf(stderr, "racimo: serve: --cache-type takes f32 or f16, not '%s'\n", val);
+                goto out;
+            }
+            cfg.cache_f16 = !strcmp(val, "f16");
         } else if (!strcmp(a, "--pipeline-wire")) {
             if (strcmp(val, "f16") && strcmp(val, "f32")) {
                 fprintf(stderr, "racimo: serve: --pipeline-wire takes f16 or f32, not '%s'\n", val);

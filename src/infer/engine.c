@@ -151,7 +151,8 @@ int engine_new(const model *m, const tokenizer *tok, const engine_params *p, eng
         return rc_fail(RC_ENOMEM, "out of memory creating an engine");
     e->m = m;
     stage_params sp = { .n_ctx = p->n_ctx, .n_seq = p->n_seq, .n_batch = p->n_batch,
-                        .n_threads = p->n_threads, .precision = p->precision };
+                        .n_threads = p->n_threads, .precision = p->precision,
+                        .kv_type = p->kv_type };
     if ((rc = engine_init(e, tok, m->hp.n_vocab, p)) || (rc = stage_new(m, &sp, &e->st)) ||
         (rc = exec_local_new(e->st, p->n_seq, &e->x)) || (rc = engine_groups(e)))
         goto fail;

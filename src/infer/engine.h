@@ -86,6 +86,7 @@ typedef struct {
     int n_threads;
     int max_queue;    /* waiting requests beyond the slots; more are refused */
     int precision;    /* MATMUL_FAST or MATMUL_EXACT */
+    int kv_type;      /* KV cache elements: TT_F32 (0, default) or TT_F16 */
 } engine_params;
 
 typedef struct engine engine;

@@ -1,7 +1,12 @@
 /* kv_cache.h - keys and values of past positions, per layer and sequence.
  *
  * Each sequence slot owns n_ctx positions in every layer of the stage:
- * K[layer][seq][pos][n_head_kv * head_dim] and likewise V, in f32.  A slot's
+ * K[layer][seq][kv head][pos][head_dim] and likewise V, in f32 or f16 (as
+ * llama.cpp's default cache: half the memory and, at long context, half
+ * the bytes attention reads per token).  Head-major,
+ * so that attention, which reads one KV head over all positions, streams
+ * contiguous memory (position-major, with a head's 256 bytes every 2 KiB,
+ * measured ~1.5x slower at 4k positions: the stride defeats the caches).  A slot's
  * length is the number of leading positions written; a row at position p
  * may be written only when p <= length (no holes), and writing p truncates
  * the slot to p + 1 (so re-evaluating from an earlier position is allowed).
@@ -16,24 +21,36 @@ typedef struct {
     int n_layer;           /* layers of this stage */
     int n_seq;             /* sequence slots */
     int n_ctx;             /* positions per slot */
-    int k_width, v_width;  /* floats per position: n_head_kv * head_dim(_v) */
-    float *k, *v;          /* [n_layer][n_seq][n_ctx][width] */
+    int n_head;            /* KV heads */
+    int k_dim, v_dim;      /* elements per head and position: head_dim(_v) */
+    int type;              /* TT_F32 or TT_F16 (tensor/types.h) */
+    size_t esize;          /* bytes per element */
+    void *k, *v;           /* [n_layer][n_seq][n_head][n_ctx][dim] */
     int *len;              /* [n_seq] positions held */
 } kv_cache;
 
 /* Allocates the whole cache up front (the only large allocation besides
  * activations).  RC_ENOMEM with the size in the detail on failure. */
-int  kv_cache_init(kv_cache *kv, int n_layer, int n_seq, int n_ctx, int k_width, int v_width);
+int  kv_cache_init(kv_cache *kv, int n_layer, int n_seq, int n_ctx, int n_head, int k_dim,
+                   int v_dim, int type);
 void kv_cache_free(kv_cache *kv);                /* accepts zeroed cache */
 
-static inline float *kv_k(const kv_cache *kv, int layer, int seq, int pos)
+/* Position 0 of one KV head of a slot; position p is k_dim (v_dim)
+ * elements further on. */
+static inline void *kv_k(const kv_cache *kv, int layer, int seq, int head)
 {
-    return kv->k + (((size_t)layer * kv->n_seq + seq) * kv->n_ctx + pos) * kv->k_width;
+    return (uint8_t *)kv->k +
+           ((((size_t)layer * kv->n_seq + seq) * kv->n_head + head) * kv->n_ctx) * kv->k_dim * kv->esize;
 }
-static inline float *kv_v(const kv_cache *kv, int layer, int seq, int pos)
+static inline void *kv_v(const kv_cache *kv, int layer, int seq, int head)
 {
-    return kv->v + (((size_t)layer * kv->n_seq + seq) * kv->n_ctx + pos) * kv->v_width;
+    return (uint8_t *)kv->v +
+           ((((size_t)layer * kv->n_seq + seq) * kv->n_head + head) * kv->n_ctx) * kv->v_dim * kv->esize;
 }
+
+/* Writes one position of every head: k (n_head * k_dim floats, head after
+ * head) and v likewise, converted to the cache's type. */
+void kv_cache_store(kv_cache *kv, int layer, int seq, int pos, const float *k, const float *v);
 
 /* Forgets positions >= from of a sequence (from = 0 clears it). */
 void kv_cache_truncate(kv_cache *kv, int seq, int from);

@@ -122,9 +122,8 @@ static void attention_task(void *arg, int ith, int nth)
         int seq = t->b->seq[r], pos = t->b->pos[r];
         const float *q = s->q + (size_t)r * H * D + (size_t)kvh * group * D;
         float *o = s->att + (size_t)r * H * Dv + (size_t)kvh * group * Dv;
-        tensor_attend(q, group, D, Dv, scale, kv_k(&s->kv, t->layer, seq, 0) + (size_t)kvh * D,
-                      (size_t)s->kv.k_width, kv_v(&s->kv, t->layer, seq, 0) + (size_t)kvh * Dv,
-                      (size_t)s->kv.v_width, pos + 1, scores, o);
+        tensor_attend(q, group, D, Dv, scale, s->kv.type, kv_k(&s->kv, t->layer, seq, kvh),
+                      (size_t)D, kv_v(&s->kv, t->layer, seq, kvh), (size_t)Dv, pos + 1, scores, o);
     }
 }
 
@@ -175,9 +174,7 @@ static void attention_block(stage *s, const stage_batch *b, int il)
         }
         /* Written before any row attends, so later rows of the same
          * sequence in this batch see earlier ones (causal prompt). */
-        memcpy(kv_k(&s->kv, il, b->seq[r], b->pos[r]), k, (size_t)Hk * D * sizeof(float));
-        memcpy(kv_v(&s->kv, il, b->seq[r], b->pos[r]), s->v + (size_t)r * Hk * Dv,
-               (size_t)Hk * Dv * sizeof(float));
+        kv_cache_store(&s->kv, il, b->seq[r], b->pos[r], k, s->v + (size_t)r * Hk * Dv);
     }
 
     att_task t = { s, b, il };
@@ -405,8 +402,8 @@ int stage_new(const model *m, const stage_params *p, stage **out)
     s->m = m;
     s->p = *p;
     s->n_layer_local = m->last - m->first;
-    int rc = kv_cache_init(&s->kv, s->n_layer_local, p->n_seq, p->n_ctx,
-                           hp->n_head_kv * hp->head_dim, hp->n_head_kv * hp->head_dim_v);
+    int rc = kv_cache_init(&s->kv, s->n_layer_local, p->n_seq, p->n_ctx, hp->n_head_kv,
+                           hp->head_dim, hp->head_dim_v, p->kv_type);
     if (rc)
         goto fail;
     if (!(s->pool = pool_new(p->n_threads))) {

@@ -30,6 +30,8 @@ typedef struct {
     int n_batch;     /* most rows per stage_forward call */
     int n_threads;   /* >= 1 */
     int precision;   /* MATMUL_FAST (default) or MATMUL_EXACT */
+    int kv_type;     /* KV cache elements: TT_F32 (0, the default) or TT_F16
+                        (half the memory; llama.cpp's and Ollama's default) */
 } stage_params;
 
 typedef struct {

@@ -13,12 +13,14 @@
 /* Attention of n_q query heads that share one KV head, over n_pos cached
  * positions (n_pos >= 1):
  *   out[g] = sum_p softmax_p(scale * q[g] . k_p) v_p      for g < n_q
- * q: n_q rows of D floats, consecutive; k_p = k + p * k_stride (D floats),
- * v_p = v + p * v_stride (Dv floats); out: n_q rows of Dv floats.
- * scores: scratch of n_q * n_pos floats.  Results agree with the reference
- * to float rounding (the SIMD exponential is within 2 ulp of expf). */
-void tensor_attend(const float *q, int n_q, int D, int Dv, float scale,
-                   const float *k, size_t k_stride, const float *v, size_t v_stride,
+ * q: n_q rows of D floats, consecutive; k_p = k + p * k_stride elements
+ * (D of them), v_p = v + p * v_stride (Dv); the cache's elements are
+ * `kv_type`, TT_F32 or TT_F16 (tensor/types.h); out: n_q rows of Dv
+ * floats.  scores: scratch of n_q * n_pos floats.  Results agree with the
+ * reference to float rounding (the SIMD exponential is within 2 ulp of
+ * expf). */
+void tensor_attend(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
+                   const void *k, size_t k_stride, const void *v, size_t v_stride,
                    int n_pos, float *scores, float *out);
 
 /* a[i] = silu(a[i]) * b[i] = a[i] / (1 + exp(-a[i])) * b[i], i < n. */
@@ -29,8 +31,8 @@ void tensor_swiglu(float *a, const float *b, size_t n);
 void tensor_softmax(float *x, int n);
 
 /* The reference versions, for tests and for CPUs without SIMD kernels. */
-void tensor_attend_ref(const float *q, int n_q, int D, int Dv, float scale,
-                       const float *k, size_t k_stride, const float *v, size_t v_stride,
+void tensor_attend_ref(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
+                       const void *k, size_t k_stride, const void *v, size_t v_stride,
                        int n_pos, float *scores, float *out);
 void tensor_swiglu_ref(float *a, const float *b, size_t n);
 

@@ -8,7 +8,8 @@
  * their 8 dot products reduced by one transposing sum), then the softmax
  * of each head (its weights normalised in place, as the reference does),
  * then the weighted values.  Widths that are not a
- * multiple of 8 go to the reference code.
+ * multiple of 8 go to the reference code.  Cache elements are f32 or f16
+ * (converted by F16C as they are loaded).
  *
  * The exponential: 2^n * p(r), x = n ln 2 + r, |r| <= ln 2 / 2, p the
  * degree-6 polynomial of Cephes' expf (within 2 ulp of libm's over the
@@ -20,6 +21,7 @@
 
 #include "tensor/attend.h"
 #include "tensor/kernels_isa.h"
+#include "tensor/types.h"
 
 #define INLINE static inline __attribute__((always_inline))
 /* the accumulator arrays must become registers: unroll their loops fully */
@@ -66,34 +68,46 @@ INLINE float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* s[p - p0] = scale * q . k_p for p in [p0, p1). */
-static void scores_tile(const float *q, int D, float scale, const float *k, size_t ks,
-                        int p0, int p1, float *s)
-{
-    const __m256 sc = _mm256_set1_ps(scale);
-    int p = p0;
-    for (; p + 8 <= p1; p += 8) {
-        const float *kp = k + (size_t)p * ks;
-        __m256 acc[8];
-        UNROLL for (int j = 0; j < 8; j++)
-            acc[j] = _mm256_setzero_ps();
-        for (int c = 0; c < D; c += 8) {
-            const __m256 qc = _mm256_loadu_ps(q + c);
-            UNROLL for (int j = 0; j < 8; j++)
-                acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(kp + (size_t)j * ks + c), acc[j]);
-        }
-        _mm256_storeu_ps(s + (p - p0), _mm256_mul_ps(sum8x8(acc), sc));
-    }
-    for (; p < p1; p++) {
-        const float *kp = k + (size_t)p * ks;
-        __m256 acc = _mm256_setzero_ps();
-        for (int c = 0; c < D; c += 8)
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(kp + c), acc);
-        s[p - p0] = hsum(acc) * scale;
-    }
-}
+/* 8 cache elements as floats. */
+INLINE __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
+INLINE __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-/* s[i] = exp(s[i] - max) for i < n; returns the sum (in double). */
+/* s[p - p0] = scale * q . k_p for p in [p0, p1). */
+#define DEFINE_SCORES(NAME, T, LOAD)                                                          \
+    static void NAME(const float *q, int D, float scale, const T *k, size_t ks, int p0,     \
+                     int p1, float *s)                                                       \
+    {                                                                                         \
+        const __m256 sc = _mm256_set1_ps(scale);                                              \
+        int p = p0;                                                                           \
+        for (; p + 8 <= p1; p += 8) {                                                         \
+            const T *kp = k + (size_t)p * ks;                                                 \
+            __m256 acc[8];                                                                    \
+            UNROLL for (int j = 0; j < 8; j++)                                                \
+                acc[j] = _mm256_setzero_ps();                                                 \
+            for (int c = 0; c < D; c += 8) {                                                  \
+                const __m256 qc = _mm256_loadu_ps(q + c);                                     \
+                UNROLL for (int j = 0; j < 8; j++)                                            \
+                    acc[j] = _mm256_fmadd_ps(qc, LOAD(kp + (size_t)j * ks + c), acc[j]);     \
+            }                                                                                 \
+            _mm256_storeu_ps(s + (p - p0), _mm256_mul_ps(sum8x8(acc), sc));                   \
+        }                                                                                     \
+        for (; p < p1; p++) {                                                                 \
+            const T *kp = k + (size_t)p * ks;                                                 \
+            __m256 acc = _mm256_setzero_ps();                                                 \
+            for (int c = 0; c < D; c += 8)                                                    \
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), LOAD(kp + c), acc);            \
+            s[p - p0] = hsum(acc) * scale;                                                    \
+        }                                                                                     \
+    }
+DEFINE_SCORES(scores_f32, float, load_f32)
+DEFINE_SCORES(scores_f16, uint16_t, load_f16)
+
+/* s[i] = exp(s[i] - max) for i < n; returns the sum (in double).  Weights
+ * under e^-64 (1.6e-28 of the largest) are set to 0: they cannot change a
+ * float sum, and kept, they would become subnormal once divided by the sum
+ * (up to n), and subnormal operands take a slow path on some CPUs. */
+enum { EXP_CUT = -64 };
+
 static double exp_shift(float *s, int n)
 {
     __m256 mv = _mm256_set1_ps(-INFINITY);
@@ -106,10 +120,11 @@ static double exp_shift(float *s, int n)
         m = lanes[j] > m ? lanes[j] : m;
     for (; i < n; i++)
         m = s[i] > m ? s[i] : m;
-    const __m256 mb = _mm256_set1_ps(m);
+    const __m256 mb = _mm256_set1_ps(m), cut = _mm256_set1_ps(EXP_CUT);
     __m256d sum = _mm256_setzero_pd();
     for (i = 0; i + 8 <= n; i += 8) {
-        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), mb));
+        const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + i), mb);
+        const __m256 e = _mm256_and_ps(exp256(x), _mm256_cmp_ps(x, cut, _CMP_GE_OQ));
         _mm256_storeu_ps(s + i, e);
         sum = _mm256_add_pd(sum, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)),
                                                _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1))));
@@ -120,8 +135,8 @@ static double exp_shift(float *s, int n)
     if (i < n) {
         float tail[8] = { 0 };
         memcpy(tail, s + i, (size_t)(n - i) * sizeof(float));
-        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(tail), mb));
-        _mm256_storeu_ps(tail, e);
+        const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(tail), mb);
+        _mm256_storeu_ps(tail, _mm256_and_ps(exp256(x), _mm256_cmp_ps(x, cut, _CMP_GE_OQ)));
         for (int j = 0; j < n - i; j++) {
             s[i + j] = tail[j];
             total += tail[j];
@@ -131,38 +146,45 @@ static double exp_shift(float *s, int n)
 }
 
 /* o[0, 8 * NC) += sum over p in [p0, p1) of w[p - p0] * v_p[c0, c0 + 8 * NC). */
-#define DEFINE_VALUES(NAME, NC)                                                               \
-    static void NAME(const float *w, const float *v, size_t vs, int c0, int p0, int p1,      \
-                     float *o)                                                                \
+#define DEFINE_VALUES(NAME, NC, T, LOAD)                                                      \
+    static void NAME(const float *w, const T *v, size_t vs, int c0, int p0, int p1, float *o) \
     {                                                                                         \
         __m256 acc[NC];                                                                       \
         UNROLL for (int c = 0; c < NC; c++)                                                   \
             acc[c] = _mm256_loadu_ps(o + 8 * c);                                              \
         for (int p = p0; p < p1; p++) {                                                       \
             const __m256 wp = _mm256_broadcast_ss(w + (p - p0));                              \
-            const float *vp = v + (size_t)p * vs + c0;                                        \
+            const T *vp = v + (size_t)p * vs + c0;                                            \
             UNROLL for (int c = 0; c < NC; c++)                                               \
-                acc[c] = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 8 * c), acc[c]);            \
+                acc[c] = _mm256_fmadd_ps(wp, LOAD(vp + 8 * c), acc[c]);                       \
         }                                                                                     \
         UNROLL for (int c = 0; c < NC; c++)                                                   \
             _mm256_storeu_ps(o + 8 * c, acc[c]);                                              \
     }
-DEFINE_VALUES(values8, VCHUNK)
-DEFINE_VALUES(values1, 1)
+DEFINE_VALUES(values8_f32, VCHUNK, float, load_f32)
+DEFINE_VALUES(values1_f32, 1, float, load_f32)
+DEFINE_VALUES(values8_f16, VCHUNK, uint16_t, load_f16)
+DEFINE_VALUES(values1_f16, 1, uint16_t, load_f16)
 
-void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale,
-                         const float *k, size_t k_stride, const float *v, size_t v_stride,
+void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
+                         const void *k, size_t k_stride, const void *v, size_t v_stride,
                          int n_pos, float *scores, float *out)
 {
-    if (D % 8 || Dv % 8) {
-        tensor_attend_ref(q, n_q, D, Dv, scale, k, k_stride, v, v_stride, n_pos, scores, out);
+    const int f16 = kv_type == TT_F16;
+    if (D % 8 || Dv % 8 || (!f16 && kv_type != TT_F32)) {
+        tensor_attend_ref(q, n_q, D, Dv, scale, kv_type, k, k_stride, v, v_stride, n_pos, scores,
+                          out);
         return;
     }
     for (int p0 = 0; p0 < n_pos; p0 += TILE) {
         const int p1 = n_pos - p0 < TILE ? n_pos : p0 + TILE;
-        for (int g = 0; g < n_q; g++)
-            scores_tile(q + (size_t)g * D, D, scale, k, k_stride, p0, p1,
-                        scores + (size_t)g * n_pos + p0);
+        for (int g = 0; g < n_q; g++) {
+            float *sg = scores + (size_t)g * n_pos + p0;
+            if (f16)
+                scores_f16(q + (size_t)g * D, D, scale, k, k_stride, p0, p1, sg);
+            else
+                scores_f32(q + (size_t)g * D, D, scale, k, k_stride, p0, p1, sg);
+        }
     }
     for (int g = 0; g < n_q; g++) {
         float *s = scores + (size_t)g * n_pos;
@@ -181,9 +203,11 @@ void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale,
             float *o = out + (size_t)g * Dv;
             int c = 0;
             for (; c + 8 * VCHUNK <= Dv; c += 8 * VCHUNK)
-                values8(w, v, v_stride, c, p0, p1, o + c);
+                f16 ? values8_f16(w, v, v_stride, c, p0, p1, o + c)
+                    : values8_f32(w, v, v_stride, c, p0, p1, o + c);
             for (; c < Dv; c += 8)
-                values1(w, v, v_stride, c, p0, p1, o + c);
+                f16 ? values1_f16(w, v, v_stride, c, p0, p1, o + c)
+                    : values1_f32(w, v, v_stride, c, p0, p1, o + c);
         }
     }
 }

@@ -1,6 +1,8 @@
 /* attend_ref.c - the reference attention and SwiGLU (attend.h): plain C,
- * the softmax summed in double, the exponential from libm. */
+ * the softmax summed in double, the exponential from libm, f16 cache
+ * elements converted one by one. */
 #include "attend.h"
+#include "fp16.h"
 #include "types.h"
 
 #include <math.h>
@@ -22,26 +24,34 @@ void tensor_softmax(float *x, int n)
         x[i] *= inv;
 }
 
-void tensor_attend_ref(const float *q, int n_q, int D, int Dv, float scale,
-                       const float *k, size_t k_stride, const float *v, size_t v_stride,
+/* Element i of a cache row. */
+static inline float kv_at(const void *row, int f16, int i)
+{
+    return f16 ? fp16_to_fp32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+void tensor_attend_ref(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
+                       const void *k, size_t k_stride, const void *v, size_t v_stride,
                        int n_pos, float *scores, float *out)
 {
+    const int f16 = kv_type == TT_F16;
+    const size_t esize = f16 ? sizeof(uint16_t) : sizeof(float);
     for (int g = 0; g < n_q; g++) {
         const float *qg = q + (size_t)g * D;
         float *s = scores + (size_t)g * n_pos, *o = out + (size_t)g * Dv;
         for (int p = 0; p < n_pos; p++) {
-            const float *kp = k + (size_t)p * k_stride;
+            const void *kp = (const uint8_t *)k + (size_t)p * k_stride * esize;
             float dot = 0.0f;
             for (int i = 0; i < D; i++)
-                dot += kp[i] * qg[i];
+                dot += kv_at(kp, f16, i) * qg[i];
             s[p] = dot * scale;
         }
         tensor_softmax(s, n_pos);
         memset(o, 0, (size_t)Dv * sizeof(float));
         for (int p = 0; p < n_pos; p++) {
-            const float *vp = v + (size_t)p * v_stride;
+            const void *vp = (const uint8_t *)v + (size_t)p * v_stride * esize;
             for (int i = 0; i < Dv; i++)
-                o[i] += s[p] * vp[i];
+                o[i] += s[p] * kv_at(vp, f16, i);
         }
     }
 }

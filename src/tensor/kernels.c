@@ -21,8 +21,8 @@
 #include "tensor/attend.h"
 #include "tensor/kernels_isa.h"
 
-typedef void (*attend_fn)(const float *q, int n_q, int D, int Dv, float scale,
-                          const float *k, size_t k_stride, const float *v, size_t v_stride,
+typedef void (*attend_fn)(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
+                          const void *k, size_t k_stride, const void *v, size_t v_stride,
                           int n_pos, float *scores, float *out);
 typedef void (*swiglu_fn)(float *a, const float *b, size_t n);
 
@@ -100,13 +100,13 @@ size_t tensor_tile_x_bytes(const tensor_traits *t, int64_t n)
     return (size_t)(n / bs) * t->tile_x_block_bytes;
 }
 
-void tensor_attend(const float *q, int n_q, int D, int Dv, float scale,
-                   const float *k, size_t k_stride, const float *v, size_t v_stride,
+void tensor_attend(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
+                   const void *k, size_t k_stride, const void *v, size_t v_stride,
                    int n_pos, float *scores, float *out)
 {
     tensor_kernels_init();
-    atomic_load_explicit(&attend, memory_order_relaxed)(q, n_q, D, Dv, scale, k, k_stride, v,
-                                                        v_stride, n_pos, scores, out);
+    atomic_load_explicit(&attend, memory_order_relaxed)(q, n_q, D, Dv, scale, kv_type, k, k_stride,
+                                                        v, v_stride, n_pos, scores, out);
 }
 
 void tensor_swiglu(float *a, const float *b, size_t n)
