@@ -51,7 +51,7 @@ else
   echo "cluster: skipped (needs root, iproute2 and jq: scripts/install-deps.sh)"; total_s=$((total_s+2))
 fi
 if command -v clang >/dev/null; then
-  step fuzz make --no-print-directory fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-15}"
+  step fuzz make --no-print-directory -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-15}"
 else
   echo "fuzz: skipped (clang not installed)"
 fi
