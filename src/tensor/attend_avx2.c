@@ -21,9 +21,9 @@
 
 #include "tensor/attend.h"
 #include "tensor/kernels_isa.h"
+#include "tensor/simd_x86.h"
 #include "tensor/types.h"
 
-#define INLINE static inline __attribute__((always_inline))
 /* the accumulator arrays must become registers: unroll their loops fully */
 #if defined(__clang__)
 #define UNROLL _Pragma("clang loop unroll(full)")
@@ -60,17 +60,9 @@ INLINE __m256 sum8x8(const __m256 a[8])
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-INLINE float hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* 8 cache elements as floats. */
-INLINE __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
-INLINE __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+INLINE __m256 kv_f32(const float *p) { return _mm256_loadu_ps(p); }
+INLINE __m256 kv_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
 /* s[p - p0] = scale * q . k_p for p in [p0, p1). */
 #define DEFINE_SCORES(NAME, T, LOAD)                                                          \
@@ -96,11 +88,11 @@ INLINE __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si1
             __m256 acc = _mm256_setzero_ps();                                                 \
             for (int c = 0; c < D; c += 8)                                                    \
                 acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), LOAD(kp + c), acc);            \
-            s[p - p0] = hsum(acc) * scale;                                                    \
+            s[p - p0] = hsum_ps(acc) * scale;                                                    \
         }                                                                                     \
     }
-DEFINE_SCORES(scores_f32, float, load_f32)
-DEFINE_SCORES(scores_f16, uint16_t, load_f16)
+DEFINE_SCORES(scores_f32, float, kv_f32)
+DEFINE_SCORES(scores_f16, uint16_t, kv_f16)
 
 /* s[i] = exp(s[i] - max) for i < n; returns the sum (in double).  Weights
  * under e^-64 (1.6e-28 of the largest) are set to 0: they cannot change a
@@ -161,10 +153,10 @@ static double exp_shift(float *s, int n)
         UNROLL for (int c = 0; c < NC; c++)                                                   \
             _mm256_storeu_ps(o + 8 * c, acc[c]);                                              \
     }
-DEFINE_VALUES(values8_f32, VCHUNK, float, load_f32)
-DEFINE_VALUES(values1_f32, 1, float, load_f32)
-DEFINE_VALUES(values8_f16, VCHUNK, uint16_t, load_f16)
-DEFINE_VALUES(values1_f16, 1, uint16_t, load_f16)
+DEFINE_VALUES(values8_f32, VCHUNK, float, kv_f32)
+DEFINE_VALUES(values1_f32, 1, float, kv_f32)
+DEFINE_VALUES(values8_f16, VCHUNK, uint16_t, kv_f16)
+DEFINE_VALUES(values1_f16, 1, uint16_t, kv_f16)
 
 void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
                          const void *k, size_t k_stride, const void *v, size_t v_stride,

@@ -38,14 +38,13 @@
 
 #include "tensor/kernels_isa.h"
 #include "tensor/quant_ref.h"
+#include "tensor/simd_x86.h"
 
 #if defined(__clang__)
 #define UNROLL _Pragma("clang loop unroll(full)")
 #else
 #define UNROLL _Pragma("GCC unroll 16")
 #endif
-#define INLINE static inline __attribute__((always_inline))
-
 /* Q4_0 prepared activation block: 32 bytes, d, the sum of the bytes (the
  * layout of quant_tile_avx2.c, written here too so the pair is
  * self-contained). */
@@ -57,39 +56,6 @@ enum { Q8_XP = 36 };
 enum { XB = 512, KB = 8, RN = 8 };
 
 /* ---- helpers ------------------------------------------------------------ */
-
-INLINE float h2f(fp16_t h) { return _cvtsh_ss(h); }
-
-INLINE float load_f32(const uint8_t *p)
-{
-    float f;
-    memcpy(&f, p, sizeof f);
-    return f;
-}
-
-INLINE int32_t load_i32(const uint8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-/* The sum of 8 floats in quant_tile_avx2.c's order. */
-INLINE float hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-INLINE int hsum_epi32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
 
 INLINE __m256 lo256(__m512 v) { return _mm512_castps512_ps256(v); }
 

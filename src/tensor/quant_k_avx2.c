@@ -24,6 +24,7 @@
 #include "tensor/fp16.h"
 #include "tensor/kernels_isa.h"
 #include "tensor/quant_ref.h"
+#include "tensor/simd_x86.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -38,27 +39,7 @@
 #define UNROLL _Pragma("GCC unroll 8")
 #define NO_UNROLL _Pragma("GCC unroll 1")
 #endif
-#define INLINE static inline __attribute__((always_inline))
-
 /* ---- helpers ------------------------------------------------------------ */
-
-INLINE float h2f(fp16_t h) { return _cvtsh_ss(h); }
-
-INLINE float hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-INLINE int hsum_epi32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
 
 /* The 8 six-bit scales (sc) and minimums (m) of a Q4_K/Q5_K block, as
  * bytes 0..7 of each (the packing is described in quant_kref.c). */

@@ -41,6 +41,7 @@
 
 #include "tensor/kernels_isa.h"
 #include "tensor/quant_ref.h"
+#include "tensor/simd_x86.h"
 
 /* Loops over registers (constant trip counts after inlining) unrolled in
  * full; loops kept rolled where unrolling only spills. */
@@ -51,7 +52,6 @@
 #define UNROLL _Pragma("GCC unroll 8")
 #define NO_UNROLL _Pragma("GCC unroll 1")
 #endif
-#define INLINE static inline __attribute__((always_inline))
 #define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 enum { W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1 };
@@ -66,24 +66,6 @@ enum { XB = 512, KB = 8, NWC = 16, RN = 4 };
 enum { XP_BYTES = 40, XP_D = 32, XP_SUM = 36 };
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-INLINE float h2f(fp16_t h) { return _cvtsh_ss(h); }
-
-INLINE float hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-INLINE int hsum_epi32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
 
 INLINE __m256i bcast4(const uint8_t *p)
 {
@@ -152,20 +134,6 @@ INLINE __m256i wlevels(int wt, const uint8_t *p, int64_t b, float *d, float *m)
 }
 
 INLINE int level_offset(int wt) { return wt == W_Q4_0 ? 8 : wt == W_Q5_0 ? 16 : 0; }
-
-INLINE float load_f32(const uint8_t *p)
-{
-    float f;
-    memcpy(&f, p, sizeof f);
-    return f;
-}
-
-INLINE int32_t load_i32(const uint8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 /* tile_x_prep: the bytes, d as a float, and the bytes' sum or s. */
 INLINE void prep_row(int wt, const void *xq, void *dst, int64_t n)
