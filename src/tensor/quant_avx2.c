@@ -49,15 +49,6 @@ INLINE float hmax_ps(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* The 32 levels of a 4-bit block in element order: byte j holds element j
- * in its low nibble and j + 16 in its high one. */
-INLINE __m256i nibbles32(const uint8_t *qs)
-{
-    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
-
 /* 0x10 in byte j where bit j of the little-endian 32 bits at p is set. */
 INLINE __m256i fifth_bits32(const uint8_t *p)
 {

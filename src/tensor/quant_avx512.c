@@ -69,14 +69,6 @@ INLINE __m512i join256(__m256i lo, __m256i hi)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* The 32 levels of a 4-bit block in element order. */
-INLINE __m256i nibbles32(const uint8_t *qs)
-{
-    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
-
 /* ---- Q4_0 ------------------------------------------------------------------ */
 
 static void q4_0_prep(const void *xq, void *dst, int64_t n)
@@ -183,25 +175,6 @@ typedef struct {
     uint8_t q[8][64];
     float d[16];
 } wpack16;
-
-INLINE void transpose8(__m256i v[8])
-{
-    __m256 t[8], u[8];
-    UNROLL for (int k = 0; k < 4; k++) {
-        t[2 * k] = _mm256_unpacklo_ps(_mm256_castsi256_ps(v[2 * k]), _mm256_castsi256_ps(v[2 * k + 1]));
-        t[2 * k + 1] = _mm256_unpackhi_ps(_mm256_castsi256_ps(v[2 * k]), _mm256_castsi256_ps(v[2 * k + 1]));
-    }
-    UNROLL for (int k = 0; k < 2; k++) {
-        u[4 * k] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
-        u[4 * k + 1] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0xee);
-        u[4 * k + 2] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
-        u[4 * k + 3] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xee);
-    }
-    UNROLL for (int k = 0; k < 4; k++) {
-        v[k] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
-        v[k + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
-    }
-}
 
 /* Rows [0, nr) of the weight rows at w, blocks [b0, b0 + kb), into packs;
  * rows nr..15 are zero. */

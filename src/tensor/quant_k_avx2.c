@@ -555,25 +555,6 @@ typedef struct {
     float d[8], dmin[8];
 } kpack;
 
-INLINE void transpose8(__m256i v[8])
-{
-    __m256 t[8], u[8];
-    for (int k = 0; k < 4; k++) {
-        t[2 * k] = _mm256_unpacklo_ps(_mm256_castsi256_ps(v[2 * k]), _mm256_castsi256_ps(v[2 * k + 1]));
-        t[2 * k + 1] = _mm256_unpackhi_ps(_mm256_castsi256_ps(v[2 * k]), _mm256_castsi256_ps(v[2 * k + 1]));
-    }
-    for (int k = 0; k < 2; k++) {
-        u[4 * k] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
-        u[4 * k + 1] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0xee);
-        u[4 * k + 2] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
-        u[4 * k + 3] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xee);
-    }
-    for (int k = 0; k < 4; k++) {
-        v[k] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
-        v[k + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
-    }
-}
-
 /* Super-block b of rows [0, nr) at w (stride ws) into a pack; rows nr..7
  * are zero. */
 INLINE void krepack(int kt, const uint8_t *w, size_t ws, int nr, int64_t b, kpack *out)

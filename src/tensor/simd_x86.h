@@ -1,6 +1,6 @@
 /* simd_x86.h - internal to src/tensor: small helpers shared by the x86-64
  * kernel files (quant_avx2.c, quant_k_avx2.c, quant_tile_avx2.c,
- * quant_avx512.c, attend_avx2.c).  Static inline, so each file compiles them
+ * quant_avx512.c, attend_avx2.c): block decoding and lane shuffles too.  Static inline, so each file compiles them
  * with its own instruction-set flags; include after <immintrin.h>. */
 #ifndef RC_SIMD_X86_H
 #define RC_SIMD_X86_H
@@ -46,6 +46,39 @@ INLINE int32_t load_i32(const uint8_t *p)
     int32_t v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+
+/* The 32 levels of a 4-bit block in element order. */
+INLINE __m256i nibbles32(const uint8_t *qs)
+{
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* Transposes 8 x 8 32-bit lanes in place (v[r] lane c <-> v[c] lane r). */
+INLINE void transpose8(__m256i v[8])
+{
+    const __m256 a0 = _mm256_castsi256_ps(v[0]), a1 = _mm256_castsi256_ps(v[1]);
+    const __m256 a2 = _mm256_castsi256_ps(v[2]), a3 = _mm256_castsi256_ps(v[3]);
+    const __m256 a4 = _mm256_castsi256_ps(v[4]), a5 = _mm256_castsi256_ps(v[5]);
+    const __m256 a6 = _mm256_castsi256_ps(v[6]), a7 = _mm256_castsi256_ps(v[7]);
+    const __m256 t[8] = {
+        _mm256_unpacklo_ps(a0, a1), _mm256_unpackhi_ps(a0, a1),
+        _mm256_unpacklo_ps(a2, a3), _mm256_unpackhi_ps(a2, a3),
+        _mm256_unpacklo_ps(a4, a5), _mm256_unpackhi_ps(a4, a5),
+        _mm256_unpacklo_ps(a6, a7), _mm256_unpackhi_ps(a6, a7),
+    };
+    const __m256 u[8] = {
+        _mm256_shuffle_ps(t[0], t[2], 0x44), _mm256_shuffle_ps(t[0], t[2], 0xee),
+        _mm256_shuffle_ps(t[1], t[3], 0x44), _mm256_shuffle_ps(t[1], t[3], 0xee),
+        _mm256_shuffle_ps(t[4], t[6], 0x44), _mm256_shuffle_ps(t[4], t[6], 0xee),
+        _mm256_shuffle_ps(t[5], t[7], 0x44), _mm256_shuffle_ps(t[5], t[7], 0xee),
+    };
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+        v[k + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
+    }
 }
 
 #endif
