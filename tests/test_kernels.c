@@ -764,3 +764,38 @@ TEST(kernels_swiglu_vs_ref)
         free(a1); free(a2); free(b);
     }
 }
+
+/* The log-probability normaliser: a vocabulary's logits with -inf (masked
+ * by a logit bias), NaN and +inf among them, spread wide and narrow. */
+TEST(kernels_sum_exp_vs_ref)
+{
+    tensor_kernels_init();
+    rng_state r;
+    rng_seed(&r, 47);
+    static const size_t lens[] = { 1, 7, 8, 9, 1000, 151936 };
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        for (int spread = 1; spread <= 40; spread *= 8) {
+            const size_t n = lens[li];
+            float *x = xmalloc(sizeof(float) * n), max = -INFINITY;
+            for (size_t i = 0; i < n; i++) {
+                x[i] = (float)spread * rng_normal(&r);
+                if (i % 97 == 3)
+                    x[i] = -INFINITY;
+                if (x[i] > max)
+                    max = x[i];
+            }
+            double want = tensor_sum_exp_ref(x, n, max), got = tensor_sum_exp(x, n, max);
+            if (!(fabs(got - want) <= 1e-6 * want))
+                FAIL("n %zu spread %d: %.12g, reference %.12g", n, spread, got, want);
+            if (n >= 9) {                       /* NaN counts 0, +inf as FLT_MAX */
+                x[2] = NAN;
+                x[5] = INFINITY;
+                want = tensor_sum_exp_ref(x, n, FLT_MAX);
+                got = tensor_sum_exp(x, n, FLT_MAX);
+                if (!(fabs(got - want) <= 1e-6 * want) || !(want >= 1.0))
+                    FAIL("n %zu with NaN and +inf: %.12g, reference %.12g", n, got, want);
+            }
+            free(x);
+        }
+    }
+}

@@ -17,6 +17,7 @@
 #include "base/mem.h"
 #include "base/os.h"
 #include "base/rng.h"
+#include "tensor/attend.h"
 
 #include <float.h>
 #include <math.h>
@@ -513,9 +514,7 @@ int sampler_logprobs(const sampler *s, const float *logits, int32_t chosen, int 
             *chosen_logprob = -INFINITY;
         return 0;
     }
-    for (int i = 0; i < n_vocab; i++)
-        if (logits[i] > -INFINITY)
-            sum += exp((double)finite_logit(logits[i]) - (double)lmax);
+    sum = tensor_sum_exp(logits, (size_t)n_vocab, lmax);
     lse = (double)lmax + log(sum);
 
     if (chosen_logprob)

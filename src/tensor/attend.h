@@ -30,10 +30,17 @@ void tensor_swiglu(float *a, const float *b, size_t n);
  * sum in double.  Plain C in every build (MoE routing weights). */
 void tensor_softmax(float *x, int n);
 
+/* The sum in double of exp(min(x[i], FLT_MAX) - shift) over the x[i] that
+ * are above -inf (NaN and -inf count 0), for x[i] <= shift + 88: the
+ * normaliser of log-probabilities over a vocabulary.  Terms under e^-64 may
+ * count 0 (the SIMD version drops them). */
+double tensor_sum_exp(const float *x, size_t n, float shift);
+
 /* The reference versions, for tests and for CPUs without SIMD kernels. */
 void tensor_attend_ref(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
                        const void *k, size_t k_stride, const void *v, size_t v_stride,
                        int n_pos, float *scores, float *out);
 void tensor_swiglu_ref(float *a, const float *b, size_t n);
+double tensor_sum_exp_ref(const float *x, size_t n, float shift);
 
 #endif

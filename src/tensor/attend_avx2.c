@@ -16,6 +16,7 @@
  * range softmax and SiLU use), inputs clamped to [-87.3, 88.3].
  */
 #include <immintrin.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -202,6 +203,26 @@ void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale, in
                     : values1_f32(w, v, v_stride, c, p0, p1, o + c);
         }
     }
+}
+
+double tensor__sum_exp_avx2(const float *x, size_t n, float shift)
+{
+    const __m256 sh = _mm256_set1_ps(shift), big = _mm256_set1_ps(FLT_MAX),
+                 ninf = _mm256_set1_ps(-INFINITY), cut = _mm256_set1_ps(EXP_CUT);
+    __m256d sum = _mm256_setzero_pd();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 d = _mm256_sub_ps(_mm256_min_ps(v, big), sh);
+        const __m256 keep = _mm256_and_ps(_mm256_cmp_ps(v, ninf, _CMP_GT_OQ),
+                                          _mm256_cmp_ps(d, cut, _CMP_GE_OQ));
+        const __m256 e = _mm256_and_ps(exp256(d), keep);
+        sum = _mm256_add_pd(sum, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)),
+                                               _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1))));
+    }
+    double d4[4];
+    _mm256_storeu_pd(d4, sum);
+    return (d4[0] + d4[1]) + (d4[2] + d4[3]) + tensor_sum_exp_ref(x + i, n - i, shift);
 }
 
 void tensor__swiglu_avx2(float *a, const float *b, size_t n)

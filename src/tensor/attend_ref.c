@@ -5,6 +5,7 @@
 #include "fp16.h"
 #include "types.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -54,6 +55,15 @@ void tensor_attend_ref(const float *q, int n_q, int D, int Dv, float scale, int 
                 o[i] += s[p] * kv_at(vp, f16, i);
         }
     }
+}
+
+double tensor_sum_exp_ref(const float *x, size_t n, float shift)
+{
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] > -INFINITY)
+            sum += exp((double)(x[i] > FLT_MAX ? FLT_MAX : x[i]) - (double)shift);
+    return sum;
 }
 
 void tensor_swiglu_ref(float *a, const float *b, size_t n)

@@ -25,10 +25,12 @@ typedef void (*attend_fn)(const float *q, int n_q, int D, int Dv, float scale, i
                           const void *k, size_t k_stride, const void *v, size_t v_stride,
                           int n_pos, float *scores, float *out);
 typedef void (*swiglu_fn)(float *a, const float *b, size_t n);
+typedef double (*sum_exp_fn)(const float *x, size_t n, float shift);
 
 static tensor_traits table[TT_COUNT];
 static _Atomic(attend_fn) attend = tensor_attend_ref;
 static _Atomic(swiglu_fn) swiglu = tensor_swiglu_ref;
+static _Atomic(sum_exp_fn) sum_exp = tensor_sum_exp_ref;
 static _Atomic(const tensor_traits *) active;  /* NULL: use the reference table */
 static const char *kernels_name = "ref";
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -56,6 +58,7 @@ static void init(void)
             tensor__kernels_avx2(table, vnni);
             atomic_store_explicit(&attend, tensor__attend_avx2, memory_order_relaxed);
             atomic_store_explicit(&swiglu, tensor__swiglu_avx2, memory_order_relaxed);
+            atomic_store_explicit(&sum_exp, tensor__sum_exp_avx2, memory_order_relaxed);
             kernels_name = vnni ? "avx2+vnni" : "avx2";
             if (!no_512 && cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) &&
                 cpu_has(CPU_AVX512VL) && cpu_has(CPU_AVX512VNNI)) {
@@ -113,6 +116,12 @@ void tensor_swiglu(float *a, const float *b, size_t n)
 {
     tensor_kernels_init();
     atomic_load_explicit(&swiglu, memory_order_relaxed)(a, b, n);
+}
+
+double tensor_sum_exp(const float *x, size_t n, float shift)
+{
+    tensor_kernels_init();
+    return atomic_load_explicit(&sum_exp, memory_order_relaxed)(x, n, shift);
 }
 
 const char *tensor_kernels_name(void)

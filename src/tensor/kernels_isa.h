@@ -19,6 +19,7 @@ void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale, in
                          const void *k, size_t k_stride, const void *v, size_t v_stride,
                          int n_pos, float *scores, float *out);
 void tensor__swiglu_avx2(float *a, const float *b, size_t n);
+double tensor__sum_exp_avx2(const float *x, size_t n, float shift);
 
 /* x86-64 with AVX-512 F, BW, VL and VNNI (quant_avx512.c): the Q4_0 and
  * Q8_0 dot products (vec_dot, vec_dot_tile, tile_x_prep), installed over
