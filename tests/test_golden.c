@@ -208,7 +208,7 @@ static void run_golden(int precision)
             stage_seq_truncate(s, 0, 0);
             teacher_forced(s, c, 16, split);
             diff_stats ds = diff(split, got, V, INFINITY);
-            stage_params sp = { 128, 1, NP, 2, precision, TT_F32 };
+            stage_params sp = { .n_ctx = 128, .n_seq = 1, .n_batch = NP, .n_threads = 2, .precision = precision, .kv_type = TT_F32 };
             CHECK_OK(stage_new(m, &sp, &s2));
             greedy(s2, c, ids);
             stage_free(s2);
@@ -224,7 +224,7 @@ static void run_golden(int precision)
             float *native = read_f32(c->ref_path, V);
             diff_stats dn = diff(got, native, V, INFINITY);
             free(native);
-            stage_params sp = { 128, 1, NP, 2, precision, TT_F32 };
+            stage_params sp = { .n_ctx = 128, .n_seq = 1, .n_batch = NP, .n_threads = 2, .precision = precision, .kv_type = TT_F32 };
             CHECK_OK(stage_new(m, &sp, &s2));
             greedy(s2, c, ids);
             stage_free(s2);

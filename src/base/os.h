@@ -42,6 +42,11 @@ int  os_file_map(const os_file *f, uint64_t off, uint64_t len, const char *what,
 /* Advises the kernel that [off, off+len) of a mapping will be needed soon. */
 void os_map_willneed(const os_map *m, size_t off, size_t len);
 
+/* This process no longer needs the pages lying wholly inside [p, p + len)
+ * of a read-only file mapping: they leave its resident set (the file's page
+ * cache keeps them; touching them again maps them back). */
+void os_mem_drop(const void *p, size_t len);
+
 uint64_t os_now_ns(void);                       /* monotonic clock */
 int      os_n_cpus(void);                       /* online logical CPUs, >= 1 */
 int      os_n_physical_cores(void);             /* >= 1; falls back to logical */

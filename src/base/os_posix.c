@@ -128,6 +128,15 @@ void os_map_willneed(const os_map *m, size_t off, size_t len)
     madvise((void *)(m->data + start), len + (off - start), MADV_WILLNEED);
 }
 
+void os_mem_drop(const void *p, size_t len)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, b = a + len;
+    a = (a + page - 1) & ~(page - 1);
+    b &= ~(page - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 uint64_t os_now_ns(void)
 {
     struct timespec ts;

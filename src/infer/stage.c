@@ -51,6 +51,7 @@ struct stage {
     int   *rows;    /* [B] rows routed to one expert */
     float *rows_w;  /* [B] */
     int   *seq_len; /* [n_seq] scratch for batch validation */
+    int   *len_was; /* [n_seq] cache lengths before the batch */
     void  *mm_scratch;
 };
 
@@ -112,8 +113,8 @@ static void attention_task(void *arg, int ith, int nth)
     att_task *t = arg;
     stage *s = t->s;
     const model_hparams *hp = &s->m->hp;
-    const int H = hp->n_head, Hk = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v;
-    const int group = H / Hk;
+    const int H = s->m->shard.n_head, Hk = s->m->shard.n_head_kv;
+    const int D = hp->head_dim, Dv = hp->head_dim_v, group = H / Hk;
     const float scale = 1.0f / sqrtf((float)D);
     float *scores = s->scores + (size_t)ith * group * s->p.n_ctx;
     const long n_items = (long)t->b->n_rows * Hk;
@@ -143,11 +144,19 @@ static void mm(stage *s, const tensor *W, const float *X, int n_rows, float *Y)
            s->mm_scratch);
 }
 
-static void attention_block(stage *s, const stage_batch *b, int il)
+/* A shard's sub-block output is its part of a sum over all shards. */
+static int reduce(stage *s, float *y, int n_rows)
+{
+    if (s->m->shard.n_ranks == 1)
+        return 0;
+    return s->p.reduce(s->p.reduce_ud, y, n_rows, s->m->hp.n_embd);
+}
+
+static int attention_block(stage *s, const stage_batch *b, int il)
 {
     const model_hparams *hp = &s->m->hp;
     const layer_weights *L = &s->m->layers[il];
-    const int B = b->n_rows, E = hp->n_embd, H = hp->n_head, Hk = hp->n_head_kv;
+    const int B = b->n_rows, E = hp->n_embd, H = s->m->shard.n_head, Hk = s->m->shard.n_head_kv;
     const int D = hp->head_dim, Dv = hp->head_dim_v;
 
     for (int r = 0; r < B; r++)
@@ -181,8 +190,12 @@ static void attention_block(stage *s, const stage_batch *b, int il)
     pool_run(s->pool, attention_task, &t);
 
     mm(s, &L->wo, s->att, B, s->h);
+    int rc = reduce(s, s->h, B);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < (size_t)B * E; i++)
         s->x[i] += s->h[i];
+    return 0;
 }
 
 /* ---- feed-forward ---- */
@@ -213,15 +226,19 @@ static void swiglu(stage *s, float *a, const float *b, size_t n)
     pool_run(s->pool, swiglu_task, &t);
 }
 
-static void dense_ffn(stage *s, int B, const layer_weights *L)
+static int dense_ffn(stage *s, int B, const layer_weights *L)
 {
-    const int E = s->m->hp.n_embd, F = s->m->hp.n_ff;
+    const int E = s->m->hp.n_embd, F = s->m->shard.n_ff;
     mm(s, &L->w_gate, s->h, B, s->ff_a);
     mm(s, &L->w_up, s->h, B, s->ff_b);
     swiglu(s, s->ff_a, s->ff_b, (size_t)B * F);
     mm(s, &L->w_down, s->ff_a, B, s->ff_o);
+    int rc = reduce(s, s->ff_o, B);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < (size_t)B * E; i++)
         s->x[i] += s->ff_o[i];
+    return 0;
 }
 
 /* Top-K routing: softmax over experts, the K largest (lowest index on ties),
@@ -284,17 +301,18 @@ static void moe_ffn(stage *s, int B, const layer_weights *L)
     }
 }
 
-static void ffn_block(stage *s, int B, int il)
+static int ffn_block(stage *s, int B, int il)
 {
     const model_hparams *hp = &s->m->hp;
     const layer_weights *L = &s->m->layers[il];
     const int E = hp->n_embd;
     for (int r = 0; r < B; r++)
         rmsnorm(s->h + (size_t)r * E, s->x + (size_t)r * E, L->ffn_norm.data, E, hp->rms_eps);
-    if (hp->n_expert > 0)
+    if (hp->n_expert > 0) {
         moe_ffn(s, B, L);
-    else
-        dense_ffn(s, B, L);
+        return 0;
+    }
+    return dense_ffn(s, B, L);
 }
 
 /* ---- the stage ---- */
@@ -334,6 +352,7 @@ int stage_forward(stage *s, const stage_batch *b, const float *in, float *out, i
         return rc;
     if (m->first > 0 && !in)
         return rc_fail(RC_EINVAL, "a stage starting at layer %d needs hidden states", m->first);
+    memcpy(s->len_was, s->kv.len, (size_t)s->p.n_seq * sizeof(int));
     memcpy(s->kv.len, s->seq_len, (size_t)s->p.n_seq * sizeof(int));
 
     if (m->first == 0) {
@@ -348,8 +367,10 @@ int stage_forward(stage *s, const stage_batch *b, const float *in, float *out, i
         rope_table(s, b->pos[r], s->rope_cs + (size_t)r * hp->rope_dim);
 
     for (int il = 0; il < s->n_layer_local; il++) {
-        attention_block(s, b, il);
-        ffn_block(s, B, il);
+        if ((rc = attention_block(s, b, il)) || (rc = ffn_block(s, B, il))) {
+            memcpy(s->kv.len, s->len_was, (size_t)s->p.n_seq * sizeof(int));
+            return rc;
+        }
     }
 
     if (m->last < hp->n_layer) {
@@ -363,7 +384,8 @@ int stage_forward(stage *s, const stage_batch *b, const float *in, float *out, i
         if (!b->logits || b->logits[r])
             rmsnorm(s->h + (size_t)n++ * E, s->x + (size_t)r * E, m->output_norm.data, E, hp->rms_eps);
     if (n)
-        mm(s, &m->output, s->h, n, out);
+        matmul(s->pool, &m->output, s->h, E, n, out + m->shard.vocab0, hp->n_vocab,
+               s->p.precision, s->mm_scratch);
     if (n_out)
         *n_out = n;
     return 0;
@@ -402,7 +424,13 @@ int stage_new(const model *m, const stage_params *p, stage **out)
     s->m = m;
     s->p = *p;
     s->n_layer_local = m->last - m->first;
-    int rc = kv_cache_init(&s->kv, s->n_layer_local, p->n_seq, p->n_ctx, hp->n_head_kv,
+    int rc;
+    if (m->shard.n_ranks > 1 && !p->reduce) {
+        rc = rc_fail(RC_EINVAL, "stage: shard %d of %d needs a reduce function", m->shard.rank,
+                     m->shard.n_ranks);
+        goto fail;
+    }
+    rc = kv_cache_init(&s->kv, s->n_layer_local, p->n_seq, p->n_ctx, m->shard.n_head_kv,
                            hp->head_dim, hp->head_dim_v, p->kv_type);
     if (rc)
         goto fail;
@@ -434,6 +462,7 @@ int stage_new(const model *m, const stage_params *p, stage **out)
         { (void **)&s->rows, B * K, sizeof(int) },
         { (void **)&s->rows_w, B * K, sizeof(float) },
         { (void **)&s->seq_len, (size_t)p->n_seq, sizeof(int) },
+        { (void **)&s->len_was, (size_t)p->n_seq, sizeof(int) },
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         size_t bytes;
@@ -463,7 +492,7 @@ void stage_free(stage *s)
     kv_cache_free(&s->kv);
     void *bufs[] = { s->x, s->h, s->q, s->k, s->v, s->att, s->ff_a, s->ff_b, s->ff_o,
                      s->scores, s->rope_cs, s->router, s->sel, s->sel_w, s->rows,
-                     s->rows_w, s->seq_len, s->mm_scratch };
+                     s->rows_w, s->seq_len, s->len_was, s->mm_scratch };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         rc_free_aligned(bufs[i]);
     rc_free(s);

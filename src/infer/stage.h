@@ -32,6 +32,13 @@ typedef struct {
     int precision;   /* MATMUL_FAST (default) or MATMUL_EXACT */
     int kv_type;     /* KV cache elements: TT_F32 (0, the default) or TT_F16
                         (half the memory; llama.cpp's and Ollama's default) */
+    /* Tensor-parallel shards (model->shard.n_ranks > 1) only: sums the
+     * n_rows x width floats at x over all shards of the model, in place,
+     * adding in the same order on every shard so that all of them go on
+     * with the same numbers.  Called after the attention and after the FFN
+     * of every layer; nonzero fails the batch. */
+    int (*reduce)(void *ud, float *x, int n_rows, int width);
+    void *reduce_ud;
 } stage_params;
 
 typedef struct {
@@ -54,10 +61,13 @@ void stage_free(stage *s);                      /* accepts NULL */
  *   in:  hidden states [n_rows][n_embd] for a stage with first > 0; ignored
  *        (may be NULL) for the first stage.
  *   out: last stage: logits [n_out][n_vocab] for the rows that asked, in
- *        batch order; other stages: hidden states [n_rows][n_embd].
+ *        batch order (a tensor-parallel shard fills only its columns
+ *        [vocab0, vocab0 + n_vocab) of each row); other stages: hidden
+ *        states [n_rows][n_embd].
  *   *n_out (may be NULL): the number of rows written to out.
  * Returns 0, or RC_EINVAL (bad token id, position, sequence, batch size)
- * with the cache unchanged. */
+ * with the cache unchanged, or the error of a failed reduce (the batch's
+ * positions are then forgotten). */
 int stage_forward(stage *s, const stage_batch *b, const float *in, float *out, int *n_out);
 
 /* Forgets positions >= from of sequence `seq` (0 clears it). */

@@ -8,6 +8,7 @@
  */
 #include "model.h"
 #include "ranges.h"
+#include "shard.h"
 #include "base/err.h"
 #include "base/mem.h"
 #include "tensor/types.h"
@@ -380,6 +381,12 @@ static void refresh_views(model *m)
 
 int model_load_file(gguf_file *f, int first, int last, model **out)
 {
+    return model_load_file_shard(f, first, last, 0, 1, out);
+}
+
+int model_load_file_shard(gguf_file *f, int first, int last, int rank, int n_ranks,
+                          model **out)
+{
     int rc;
     bool *need = NULL;
     *out = NULL;
@@ -452,6 +459,8 @@ int model_load_file(gguf_file *f, int first, int last, model **out)
     if ((rc = check_ranges(f, need)) || (rc = gguf_map_tensors(f, need)))
         goto fail;
     refresh_views(m);
+    if ((rc = model_shard_apply(m, rank, n_ranks)))
+        goto fail;
     rc_free(need);
     *out = m;
     return 0;
@@ -471,11 +480,25 @@ int model_load(const char *path, int first, int last, model **out)
     return model_load_file(f, first, last, out);
 }
 
+int model_load_shard(const char *path, int first, int last, int rank, int n_ranks,
+                     model **out)
+{
+    gguf_file *f;
+    int rc = gguf_open_meta(path, &f);
+    *out = NULL;
+    if (rc)
+        return rc;
+    return model_load_file_shard(f, first, last, rank, n_ranks, out);
+}
+
 void model_free(model *m)
 {
     if (!m)
         return;
     gguf_close(m->file);
+    for (int i = 0; i < m->n_owned; i++)
+        rc_free_aligned(m->owned[i]);
+    rc_free(m->owned);
     rc_free(m->layers);
     rc_free(m);
 }

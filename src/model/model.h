@@ -63,8 +63,23 @@ typedef struct {
     tensor down_exps;   /* {Fx, E, X} */
 } layer_weights;
 
+/* The part of every held layer that one tensor-parallel shard computes:
+ * its query heads (with their key/value heads and the matching columns of
+ * the attention output), a range of FFN units (rows of gate and up, columns
+ * of down) and a range of output rows (logits).  Shards of one model sum
+ * their attention and FFN outputs after every block; the whole model is
+ * shard 0 of 1. */
+typedef struct {
+    int rank, n_ranks;
+    int head0, n_head;         /* query heads [head0, head0 + n_head) */
+    int kv0, n_head_kv;        /* key/value heads */
+    int ff0, n_ff;             /* FFN units */
+    int vocab0, n_vocab;       /* output rows */
+} model_shard;
+
 typedef struct {
     model_hparams hp;
+    model_shard shard;
     gguf_file *file;
     int first, last;         /* layer range held: [first, last) */
     tensor tok_embd;         /* {E, n_vocab}; present when first == 0 or tied output */
@@ -72,7 +87,10 @@ typedef struct {
     tensor output;           /* {E, n_vocab}; == tok_embd view when tied */
     tensor rope_freqs;       /* {rope_dim/2} f32 frequency divisors, optional */
     layer_weights *layers;   /* [last - first] */
-    uint64_t weight_bytes;   /* bytes of all bound tensors (once each) */
+    uint64_t weight_bytes;   /* bytes of all bound tensors (once each; a
+                                shard's share of the sliced ones) */
+    void **owned;            /* copies of column slices (shards) */
+    int n_owned;
 } model;
 
 /* Reads hyperparameters from an open file; RC_EUNSUPPORTED for an unknown
@@ -90,6 +108,25 @@ int model_load(const char *path, int first, int last, model **out);
 /* Same on an already open file (gguf_open or gguf_open_meta); the model
  * takes ownership of `f` (also on failure). */
 int model_load_file(gguf_file *f, int first, int last, model **out);
+
+/* Loads shard `rank` of `n_ranks` of layers [first, last) (last = -1:
+ * n_layer) for tensor parallelism: row slices are views into the mapping;
+ * column slices (attention output, FFN down) are copied, and the mapped
+ * pages they came from leave the resident set.  Dense models only (MoE:
+ * RC_EUNSUPPORTED); RC_EINVAL with the reason when the model cannot be cut
+ * in n_ranks (fewer key/value heads than ranks, a cut inside a quantised
+ * block).  n_ranks == 1 is model_load_file. */
+int model_load_file_shard(gguf_file *f, int first, int last, int rank, int n_ranks,
+                          model **out);
+int model_load_shard(const char *path, int first, int last, int rank, int n_ranks,
+                     model **out);
+
+/* The shard `rank` of `n_ranks` of a model with these hyperparameters,
+ * with FFN cuts on multiples of `ff_align` (the block size of ffn_down's
+ * type) and head cuts checked against `o_align` (attn_output's block
+ * size).  RC_EINVAL with the reason when it cannot be cut. */
+int model_shard_plan(const model_hparams *hp, int ff_align, int o_align, int rank,
+                     int n_ranks, model_shard *out);
 
 /* Flags in need[0..f->n_tensors) the tensors a model bound to layers
  * [first, last) reads (last = -1: n_layer): every "blk.<i>." tensor of its

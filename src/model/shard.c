@@ -1,0 +1,154 @@
+/* shard.c - cutting every layer of a model into tensor-parallel shards.
+ *
+ * The cut follows the usual pairing of matrices so that each shard's part
+ * of a block needs only the block's input and ends in a partial sum of its
+ * output: rows of Wq/Wk/Wv (a shard's heads) then the same heads' columns of
+ * Wo; rows of Wgate/Wup (a range of FFN units) then those columns of Wdown.
+ * Query heads are dealt by key/value head, so a GQA group never straddles
+ * two shards.  Rows are contiguous in the file and stay views into the
+ * mapping; columns are not (every row holds a piece), so a shard copies its
+ * columns once at load and lets the mapped pages go.
+ */
+#include "shard.h"
+#include "base/err.h"
+#include "base/mem.h"
+#include "base/os.h"
+#include "tensor/types.h"
+
+#include <string.h>
+
+int model_shard_plan(const model_hparams *hp, int ff_align, int o_align, int rank,
+                     int n_ranks, model_shard *out)
+{
+    memset(out, 0, sizeof *out);
+    if (n_ranks < 1 || rank < 0 || rank >= n_ranks)
+        return rc_fail(RC_EINVAL, "shard %d of %d does not exist", rank, n_ranks);
+    if (n_ranks > 1 && hp->n_expert > 0)
+        return rc_fail(RC_EUNSUPPORTED, "tensor parallelism is not implemented for "
+                       "mixture-of-experts models (%s)", hp->arch_name);
+    const int H = hp->n_head, Hk = hp->n_head_kv, group = Hk > 0 ? H / Hk : 0;
+    if (Hk < n_ranks)
+        return rc_fail(RC_EINVAL, "the model's %d key/value heads cannot be shared by %d nodes",
+                       Hk, n_ranks);
+    if (ff_align <= 0 || o_align <= 0 || hp->n_ff % ff_align || hp->n_ff / ff_align < n_ranks)
+        return rc_fail(RC_EINVAL, "the model's %d FFN units cannot be cut in %d on %d-unit blocks",
+                       hp->n_ff, n_ranks, ff_align);
+    int kv0 = (int)((long)rank * Hk / n_ranks), kv1 = (int)((long)(rank + 1) * Hk / n_ranks);
+    int units = hp->n_ff / ff_align;
+    int u0 = (int)((long)rank * units / n_ranks), u1 = (int)((long)(rank + 1) * units / n_ranks);
+    *out = (model_shard){
+        .rank = rank, .n_ranks = n_ranks,
+        .head0 = kv0 * group, .n_head = (kv1 - kv0) * group,
+        .kv0 = kv0, .n_head_kv = kv1 - kv0,
+        .ff0 = u0 * ff_align, .n_ff = (u1 - u0) * ff_align,
+        .vocab0 = (int)((long)rank * hp->n_vocab / n_ranks),
+    };
+    out->n_vocab = (int)((long)(rank + 1) * hp->n_vocab / n_ranks) - out->vocab0;
+    if (((long)out->head0 * hp->head_dim_v) % o_align || ((long)out->n_head * hp->head_dim_v) % o_align)
+        return rc_fail(RC_EINVAL, "the attention output cannot be cut between heads %d and %d: "
+                       "%d-wide heads do not end on its %d-element blocks", out->head0,
+                       out->head0 + out->n_head, hp->head_dim_v, o_align);
+    return 0;
+}
+
+static void rows(tensor *t, int64_t r0, int64_t n)
+{
+    if (!t->data)
+        return;
+    t->data = (const uint8_t *)t->data + (size_t)r0 * t->row_bytes;
+    t->ne[1] = n;
+}
+
+static void elems(tensor *t, int64_t i0, int64_t n)
+{
+    if (!t->data)
+        return;
+    t->data = (const float *)t->data + i0;
+    t->ne[0] = n;
+    t->row_bytes = (size_t)n * sizeof(float);
+}
+
+static int columns(model *m, tensor *t, int64_t c0, int64_t n)
+{
+    const tensor_traits *tt = tensor_type_traits(t->type);
+    if (c0 % tt->block_size || n % tt->block_size)
+        return rc_fail(RC_EINVAL, "%s: columns %lld-%lld do not fall on its %lld-element blocks",
+                       t->name, (long long)c0, (long long)(c0 + n - 1), (long long)tt->block_size);
+    void **owned = rc_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
+    if (!owned)
+        return rc_fail(RC_ENOMEM, "out of memory cutting %s", t->name);
+    m->owned = owned;
+    size_t off = tensor_row_bytes(t->type, c0), row = tensor_row_bytes(t->type, n);
+    uint8_t *copy = rc_malloc_aligned(64, row * (size_t)t->ne[1] + 1);
+    if (!copy)
+        return rc_fail(RC_ENOMEM, "out of memory for %zu bytes of %s", row * (size_t)t->ne[1],
+                       t->name);
+    m->owned[m->n_owned++] = copy;
+    const uint8_t *src = t->data;
+    for (int64_t r = 0; r < t->ne[1]; r++)
+        memcpy(copy + (size_t)r * row, src + (size_t)r * t->row_bytes + off, row);
+    os_mem_drop(src, t->row_bytes * (size_t)t->ne[1]);
+    t->data = copy;
+    t->ne[0] = n;
+    t->row_bytes = row;
+    return 0;
+}
+
+static uint64_t bytes_of(const tensor *t)
+{
+    return t->data ? (uint64_t)t->row_bytes * (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]) : 0;
+}
+
+int model_shard_apply(model *m, int rank, int n_ranks)
+{
+    const model_hparams *hp = &m->hp;
+    if (n_ranks == 1) {
+        m->shard = (model_shard){ .n_ranks = 1, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                                  .n_ff = hp->n_ff, .n_vocab = hp->n_vocab };
+        return 0;
+    }
+    const int n_local = m->last - m->first;
+    /* Every layer must cut the same way; the first layer's types decide. */
+    const layer_weights *L0 = &m->layers[0];
+    int ff_align = L0->w_down.data ? (int)tensor_type_traits(L0->w_down.type)->block_size : 1;
+    int o_align = (int)tensor_type_traits(L0->wo.type)->block_size;
+    for (int l = 1; l < n_local; l++) {
+        const layer_weights *L = &m->layers[l];
+        int fa = L->w_down.data ? (int)tensor_type_traits(L->w_down.type)->block_size : 1;
+        int oa = (int)tensor_type_traits(L->wo.type)->block_size;
+        ff_align = fa > ff_align ? fa : ff_align;
+        o_align = oa > o_align ? oa : o_align;
+    }
+    int rc = model_shard_plan(hp, ff_align, o_align, rank, n_ranks, &m->shard);
+    if (rc)
+        return rc;
+    const model_shard *s = &m->shard;
+    const int64_t D = hp->head_dim, Dv = hp->head_dim_v;
+    uint64_t bytes = bytes_of(&m->output_norm) + bytes_of(&m->rope_freqs);
+    for (int l = 0; l < n_local; l++) {
+        layer_weights *L = &m->layers[l];
+        rows(&L->wq, s->head0 * D, s->n_head * D);
+        rows(&L->wk, s->kv0 * D, s->n_head_kv * D);
+        rows(&L->wv, s->kv0 * Dv, s->n_head_kv * Dv);
+        elems(&L->bq, s->head0 * D, s->n_head * D);
+        elems(&L->bk, s->kv0 * D, s->n_head_kv * D);
+        elems(&L->bv, s->kv0 * Dv, s->n_head_kv * Dv);
+        rows(&L->w_gate, s->ff0, s->n_ff);
+        rows(&L->w_up, s->ff0, s->n_ff);
+        if ((rc = columns(m, &L->wo, s->head0 * Dv, s->n_head * Dv)) ||
+            (rc = columns(m, &L->w_down, s->ff0, s->n_ff)))
+            return rc;
+        const tensor *all = (const tensor *)L;
+        for (size_t i = 0; i < sizeof(layer_weights) / sizeof(tensor); i++)
+            bytes += bytes_of(&all[i]);
+    }
+    if (m->output.data) {
+        rows(&m->output, s->vocab0, s->n_vocab);
+        if (!(hp->tied_output && m->first == 0))
+            bytes += bytes_of(&m->output);
+    }
+    if (m->first == 0)
+        bytes += bytes_of(&m->tok_embd);
+    m->weight_bytes = bytes;
+    return 0;
+}
