@@ -12,7 +12,8 @@
 # system as /tmp.
 #
 # Environment: REPS (2), TOKENS per stream (128), STREAMS (8), PROFILES
-# ("none 10g 1g"), WIRE (f16), PARALLEL (8), CTX (1024), RACIMO_BIN.
+# ("none 10g 1g"), WIRE (f16), PARALLEL (8), CTX (1024), SPLIT (layers: a
+# 2-stage pipeline; tensor: 2 tensor-parallel shards), RACIMO_BIN.
 #
 # Network (namespaces named $P-*, nothing in the machine's own namespace):
 #
@@ -33,6 +34,7 @@ BIN=$(realpath "${RACIMO_BIN:-build/rel/racimo}")
 MODEL_FILE=${1:-/tmp/l1b-q4_0.gguf}
 REPS=${REPS:-2} TOKENS=${TOKENS:-128} STREAMS=${STREAMS:-8} WIRE=${WIRE:-f16}
 PROFILES=${PROFILES:-"none 10g 1g"} PARALLEL=${PARALLEL:-8} CTX=${CTX:-1024}
+SPLIT=${SPLIT:-layers}
 RELAY=build/rel/racimo-relay
 P=rb$$
 
@@ -115,7 +117,7 @@ start_pair() {
   wait_for 5 grep -q "^relay: 10.78.0.254:7719" "$T/relay.err" || { cat "$T/relay.err"; exit 1; }
   : >"$T/n1.out"; : >"$T/n2.out"
   ip netns exec "$P-n1" "$BIN" serve --host 10.77.0.1 --advertise 10.78.0.254 --no-discovery \
-    --state-dir "$T/n1" --name node1 --min-nodes 2 --pipeline-wire "$WIRE" "${COMMON[@]}" >>"$T/n1.out" 2>&1 &
+    --state-dir "$T/n1" --name node1 --min-nodes 2 --split "$SPLIT" --pipeline-wire "$WIRE" "${COMMON[@]}" >>"$T/n1.out" 2>&1 &
   echo $! >"$T/n1.pid"
   wait_for 30 grep -q "listening on" "$T/n1.out" || { tail -5 "$T/n1.out"; exit 1; }
   local token; token=$("$BIN" token --state-dir "$T/n1")
@@ -244,7 +246,7 @@ stop n1
 cp "$T/n1/bench.json" "$T/n2/bench.json"
 echo "self-benchmark for both nodes: $(jq -c '{mem_bandwidth, matmul_gflops}' "$T/n1/bench.json")" >&2
 
-echo "bench: model $MODEL_FILE, $TOKENS tokens per stream, $STREAMS streams, wire $WIRE, reps $REPS, profiles $PROFILES" >&2
+echo "bench: model $MODEL_FILE, $TOKENS tokens per stream, $STREAMS streams, wire $WIRE, split $SPLIT, reps $REPS, profiles $PROFILES" >&2
 : >"$T/results"
 for ((rep = 1; rep <= REPS; rep++)); do
   echo "rep $rep" >&2
@@ -262,6 +264,8 @@ for ((rep = 1; rep <= REPS; rep++)); do
     n_stages=$(view | jq '[.pipelines.instances[0].stages[]?] | length')
     [ "$n_stages" = 2 ] || { echo "$prof: expected a 2-stage pipeline, /v1/cluster shows $n_stages stages"; exit 1; }
     stop n2; stop n1; stop relay
+    # what each node's stage or shard says when it stops (shards: time spent waiting for parts)
+    grep -h "pipeline: s[a-z]* [0-9].* stopped after" "$T/n1.out" "$T/n2.out" | sed 's/^/  /' >&2
   done
 done
 

@@ -3,13 +3,15 @@
  * tokens as the engine over the whole model (f32 wire: bit for bit; with
  * sampling, penalties and several requests at once), hostile stage
  * messages are refused without harm, and a stage node that goes away ends
- * the requests in flight with an error naming it. */
+ * the requests in flight with an error naming it.  The same for two
+ * tensor-parallel shards. */
 #include "test.h"
 #include "cluster_util.h"
 
 #include "base/err.h"
 #include "cluster/cluster.h"
 #include "cluster/pipeline.h"
+#include "cluster/wire.h"
 #include "infer/engine.h"
 #include "infer/lm.h"
 #include "model/synth.h"
@@ -135,6 +137,8 @@ static void run_all(engine *e, collect *out, int max_tokens)
         CHECK_INT(out[i].done, ==, 1);
 }
 
+/* split > 0: stages [0, split) and [split, n_layer); split 0: two
+ * tensor-parallel shards of every layer. */
 static engine *pipeline_engine(node *head, const lm *l, const char *model_name,
                                const char *s0, const char *s1, int split, bool f32)
 {
@@ -155,8 +159,9 @@ static engine *pipeline_engine(node *head, const lm *l, const char *model_name,
     spec.n_stages = 2;
     snprintf(spec.stage[0].node, 33, "%s", s0);
     snprintf(spec.stage[1].node, 33, "%s", s1);
+    spec.tensor = split == 0;
     spec.stage[0].first = 0;
-    spec.stage[0].last = split;
+    spec.stage[0].last = split ? split : hp.n_layer;
     spec.stage[1].first = split;
     spec.stage[1].last = hp.n_layer;
     engine_exec *x = NULL;
@@ -177,28 +182,65 @@ static void write_model(const char *path)
     CHECK_OK(synth_write(path, &p));
 }
 
-TEST_T(pipeline_two_nodes_same_tokens, 120)
+/* Two linked nodes, each with the model m4 in its folder (A's path in pa),
+ * and the reference: the whole model's tokens for run_all in one engine. */
+static void two_nodes(node *a, node *b, const char *name_a, const char *name_b, char *pa,
+                      size_t cap, lm *whole, collect *ref)
 {
-    node a = { 0 }, b = { 0 };
-    start(&a, "pa", NULL, NULL);
-    start(&b, "pb", cluster_join_token(a.c), &a);
-    wait_up(&a, &b);
-    char pa[800], pb[800];
-    snprintf(pa, sizeof pa, "%s/m4.gguf", a.models);
-    snprintf(pb, sizeof pb, "%s/m4.gguf", b.models);
+    start(a, name_a, NULL, NULL);
+    start(b, name_b, cluster_join_token(a->c), a);
+    wait_up(a, b);
+    char pb[800];
+    snprintf(pa, cap, "%s/m4.gguf", a->models);
+    snprintf(pb, sizeof pb, "%s/m4.gguf", b->models);
     write_model(pa);
     write_model(pb);
-
-    /* the reference: the whole model in one engine */
-    lm whole;
-    CHECK_OK(lm_open(&whole, pa, true, NULL));
+    CHECK_OK(lm_open(whole, pa, true, NULL));
     engine_params ep = { .n_ctx = 128, .n_seq = 4, .n_batch = 32, .n_threads = 1,
                          .max_queue = 8, .precision = MATMUL_FAST };
     engine *ref_e;
-    CHECK_OK(engine_new(whole.m, whole.tok, &ep, &ref_e));
-    collect ref[N_REQ], got[N_REQ];
+    CHECK_OK(engine_new(whole->m, whole->tok, &ep, &ref_e));
     run_all(ref_e, ref, 20);
     engine_free(ref_e);
+}
+
+/* Node `victim` of e's instance dies while a request runs: the request
+ * ends with an error naming it, the engine is broken; frees e. */
+static void check_death(engine *e, node *victim)
+{
+    gen_request rq;
+    collect c;
+    memset(&rq, 0, sizeof rq);
+    memset(&c, 0, sizeof c);
+    sampler_params_default(&rq.sampling);
+    rq.sampling.temperature = 0;
+    rq.prompt = prompts[0];
+    rq.n_prompt = n_prompt[0];
+    rq.max_tokens = 120;
+    rq.ignore_eos = true;
+    rq.user = &c;
+    rq.on_token = on_token;
+    rq.on_done = on_done;
+    CHECK_OK(engine_submit(e, &rq));
+    for (int i = 0; i < 3; i++)
+        engine_step(e);
+    stop(victim);
+    for (int step = 0; step < 2000 && !c.done; step++)
+        engine_step(e);
+    CHECK_INT(c.done, ==, 1);
+    CHECK_INT(c.res.finish, ==, GEN_ERROR);
+    CHECK(strstr(c.res.error, "is down") != NULL);
+    CHECK(engine_broken(e));
+    engine_free(e);
+}
+
+TEST_T(pipeline_two_nodes_same_tokens, 120)
+{
+    node a = { 0 }, b = { 0 };
+    char pa[800];
+    lm whole;
+    collect ref[N_REQ], got[N_REQ];
+    two_nodes(&a, &b, "pa", "pb", pa, sizeof pa, &whole, ref);
 
     /* head A; stage 0 on B, stage 1 (sampling) on A; f32 hidden states */
     lm head;
@@ -246,36 +288,84 @@ TEST_T(pipeline_two_nodes_same_tokens, 120)
     uint8_t junk[300];
     for (size_t i = 0; i < sizeof junk; i++)
         junk[i] = (uint8_t)(i * 37 + 11);
-    for (int type = 0x40; type <= 0x44; type++)
+    for (int type = 0x40; type <= 0x45; type++)
         for (size_t len = 0; len <= sizeof junk; len += 23)
             cluster_send(b.c, cluster_self_id(a.c), type, junk, len);
 
     /* stage node B dies while requests run: they end with an error naming it */
     e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 2, true);
-    gen_request rq;
-    collect c;
-    memset(&rq, 0, sizeof rq);
-    memset(&c, 0, sizeof c);
-    sampler_params_default(&rq.sampling);
-    rq.sampling.temperature = 0;
-    rq.prompt = prompts[0];
-    rq.n_prompt = n_prompt[0];
-    rq.max_tokens = 120;
-    rq.ignore_eos = true;
-    rq.user = &c;
-    rq.on_token = on_token;
-    rq.on_done = on_done;
-    CHECK_OK(engine_submit(e, &rq));
-    for (int i = 0; i < 3; i++)
-        engine_step(e);
-    stop(&b);
-    for (int step = 0; step < 2000 && !c.done; step++)
-        engine_step(e);
-    CHECK_INT(c.done, ==, 1);
-    CHECK_INT(c.res.finish, ==, GEN_ERROR);
-    CHECK(strstr(c.res.error, "is down") != NULL);
+    check_death(e, &b);
+    lm_close(&head);
+    lm_close(&whole);
+    stop(&a);
+}
+
+TEST_T(pipeline_tensor_parallel_same_tokens, 120)
+{
+    node a = { 0 }, b = { 0 };
+    char pa[800];
+    lm whole;
+    collect ref[N_REQ], got[N_REQ];
+    two_nodes(&a, &b, "ta", "tb", pa, sizeof pa, &whole, ref);
+
+    /* head A; shard 0 (sampling) on B, shard 1 on A; f32 parts */
+    lm head;
+    CHECK_OK(lm_open(&head, pa, false, NULL));
+    engine *e = pipeline_engine(&a, &head, "m4", cluster_self_id(b.c), cluster_self_id(a.c), 0,
+                                true);
+    run_all(e, got, 20);
+    for (int i = 0; i < N_REQ; i++) {
+        CHECK_INT(got[i].n, ==, ref[i].n);
+        CHECK(!memcmp(got[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)));
+        CHECK_INT(got[i].res.finish, ==, GEN_LENGTH);
+    }
+    run_all(e, got, 20);                       /* prefix reuse on both shards */
+    for (int i = 0; i < N_REQ; i++)
+        CHECK(!memcmp(got[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)));
+    json_t *st = pipeline_status(a.p);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(st, "instances"), 0),
+                                                "split")), "tensor");
+    json_decref(st);
+    engine_free(e);
+
+    /* f16 parts: runs, same lengths */
+    e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 0, false);
+    run_all(e, got, 8);
+    for (int i = 0; i < N_REQ; i++)
+        CHECK_INT(got[i].n, ==, 8);
+
+    /* hostile parts from B to A while an instance runs: junk for no
+     * instance is dropped; a part for the running one that is not the part
+     * due fails the batch and breaks the instance (its shards' sums can no
+     * longer agree), naming the shard */
+    uint8_t junk[300];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)(i * 53 + 5);
+    for (size_t len = 0; len <= sizeof junk; len += 13)
+        cluster_send(b.c, cluster_self_id(a.c), 0x45, junk, len);
+    run_all(e, got, 4);
+    for (int i = 0; i < N_REQ; i++)
+        CHECK_INT(got[i].res.finish, ==, GEN_LENGTH);
+    st = pipeline_status(a.p);
+    uint32_t inst = (uint32_t)json_integer_value(
+        json_object_get(json_array_get(json_object_get(st, "instances"), 0), "instance"));
+    json_decref(st);
+    uint8_t part[52 + 4] = { 0 };
+    uint32_t hdr[9] = { inst, 1, 0, 2, 0, 0, 1, 1, 0 };   /* inst, shard 1, sum, f32, seq 0 (long past) */
+    wire_unhex(cluster_self_id(a.c), part, 16);
+    memcpy(part + 16, hdr, sizeof hdr);
+    CHECK_OK(cluster_send(b.c, cluster_self_id(a.c), 0x45, part, sizeof part));
+    usleep(100000);
+    run_all(e, got, 4);
+    CHECK_INT(got[0].res.finish, ==, GEN_ERROR);
+    CHECK(strstr(got[0].res.error, "shard 1") != NULL);
+    CHECK(strstr(got[0].res.error, "part 0 ") != NULL);
     CHECK(engine_broken(e));
     engine_free(e);
+
+    /* shard node B dies while a request runs: it ends with an error naming it */
+    e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 0, true);
+    check_death(e, &b);
     lm_close(&head);
     lm_close(&whole);
     stop(&a);

@@ -209,6 +209,57 @@ TEST(placement_two_equal_nodes_split_evenly)
     CHECK_NEAR(p.tokens_per_s, 1000.0 / (p.stage[0].ms_per_token + p.stage[1].ms_per_token + 8.0), 1e-6);
 }
 
+/* Tensor parallel: the fewest nodes that each hold 1/k of the layers,
+ * the output and the KV cache plus the whole embedding table; every shard
+ * runs all layers; a token costs the slowest node's share plus 2 exchanges
+ * per layer and the gather over the slowest link. */
+TEST(placement_tensor_parallel)
+{
+    fake_model fm;
+    fake(&fm, 32, 100, 100, 100, 1024);       /* 3400 MiB, untied output */
+    const uint64_t kv = 32 * 1024 * 16;       /* 16 tokens, 32 layers */
+    const uint64_t share = 100 * MiB + (32 * 100 + 100) * MiB / 2;
+    placement_node nodes[] = { node("n2", share + kv / 2 + MiB, 30), node("n1", 8 * GiB, 20),
+                               node("n3", share + kv / 2 + MiB, 40) };
+    placement_opts o = { .n_ctx = 16, .n_seq = 1, .tensor = true };
+    placement p;
+    /* fits on n1 alone: one node, no shards */
+    CHECK_OK(placement_make(&fm.ms, nodes, 3, NULL, &o, &p));
+    CHECK_INT(p.n_stages, ==, 1);
+    CHECK(!p.tensor);
+    /* forced over two: the two with the most memory (n1, n3) first, then
+     * n2, faster than n1 and holding a share, takes n1's place */
+    o.min_nodes = 2;
+    CHECK_OK(placement_make(&fm.ms, nodes, 3, NULL, &o, &p));
+    CHECK(p.fits && p.tensor);
+    CHECK_INT(p.n_stages, ==, 2);
+    CHECK_STR(p.stage[0].id, "n2");
+    CHECK_STR(p.stage[1].id, "n3");
+    for (int s = 0; s < 2; s++) {
+        CHECK_INT(p.stage[s].first, ==, 0);
+        CHECK_INT(p.stage[s].last, ==, 32);
+        CHECK_INT(p.stage[s].weight_bytes, ==, share);
+        CHECK_INT(p.stage[s].kv_bytes, ==, kv / 2);
+    }
+    double half = (32 * 100 + 100) * (double)MiB / 2;
+    CHECK_NEAR(p.stage[0].ms_per_token, half / 30e9 * 1e3, 1e-9);
+    CHECK_NEAR(p.stage[1].ms_per_token, half / 40e9 * 1e3, 1e-9);
+    /* the slowest shard, 2 exchanges per layer and the gather */
+    CHECK_NEAR(p.tokens_per_s, 1000.0 / (half / 30e9 * 1e3 + 65 * PLACEMENT_DEFAULT_HOP_MS), 1e-6);
+    json_t *j = placement_to_json(&p, &fm.ms);
+    CHECK_STR(json_string_value(json_object_get(j, "split")), "tensor");
+    json_decref(j);
+    /* without the big node: n2 and n3 hold exactly a share each */
+    CHECK_OK(placement_make(&fm.ms, nodes + 0, 1, NULL, &o, &p));
+    CHECK(!p.fits);
+    placement_node two[] = { nodes[0], nodes[2] };
+    CHECK_OK(placement_make(&fm.ms, two, 2, NULL, &o, &p));
+    CHECK(p.fits && p.tensor && p.n_stages == 2);
+    two[1].mem_avail -= 2 * MiB;              /* a share no longer fits on n3 */
+    CHECK_OK(placement_make(&fm.ms, two, 2, NULL, &o, &p));
+    CHECK(!p.fits);
+}
+
 TEST(placement_unequal_nodes_proportional)
 {
     fake_model fm;
@@ -492,7 +543,14 @@ TEST(placement_cli_plan)
     CHECK_INT(json_integer_value(json_object_get(json_array_get(st, 0), "last")), ==, 1);
     CHECK_INT(json_integer_value(json_object_get(json_array_get(st, 1), "weight_bytes")), ==,
               model_sizes_stage_bytes(&ms, 1, 2));
+    CHECK_STR(json_string_value(json_object_get(j, "split")), "layers");
     json_decref(j);
+    /* tensor parallel: every node all layers, a share of each */
+    snprintf(cmd, sizeof cmd, "%s plan -m %s --ctx 64 --parallel 1 --min-nodes 2 --split tensor "
+                              "--node b:1G --node a:1G:30", test_bin(), m);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
+    CHECK(strstr(out, "all, 1/2") != NULL);
+    CHECK(strstr(out, "fits on 2 nodes (tensor parallel)") != NULL);
     /* too small: exit 1, the shortfall and advice */
     uint64_t need = model_sizes_stage_bytes(&ms, 0, 2) + model_sizes_kv_bytes(&ms, 0, 2, 64);
     snprintf(cmd, sizeof cmd, "%s plan -m %s --ctx 64 --parallel 1 --node a:%lluK", test_bin(), m,
@@ -510,6 +568,8 @@ TEST(placement_cli_plan)
         { "plan -m MODEL --node a:1G:fast", "bandwidth 'fast'", 2 },
         { "plan -m MODEL --node a:1G --node a:2G", "given twice", 2 },
         { "plan -m MODEL --node a:1G --min-nodes 0", "--min-nodes wants", 2 },
+        { "plan -m MODEL --node a:1G --split rows", "--split takes layers or tensor", 2 },
+        { "serve --split rows --no-cluster", "--split takes layers or tensor", 2 },
         { "plan -m /nonexistent.gguf --node a:1G", "/nonexistent.gguf", 1 },
         { "plan -m MODEL --cluster http://127.0.0.1:1", "http://127.0.0.1:1", 1 },
         { "plan -m MODEL --cluster ftp://x", "not an http://HOST:PORT", 1 },

@@ -46,6 +46,9 @@ typedef struct {
     int min_nodes;                    /* split every model over at least this many nodes
                                          (benchmarks, tests); 0 = as placement decides */
     bool wire_f32;                    /* pipeline hidden states as f32 (default f16) */
+    bool split_tensor;                /* models split across nodes by tensor parallelism
+                                         (every node a part of every layer) instead of
+                                         layer ranges */
     bool cache_f16;                   /* KV cache of local instances in f16 (default f32) */
     int idle_unload_s;                /* stop a model idle this long (0: never) */
     struct weights *weights;          /* with a cluster: a model only other nodes have is

@@ -52,7 +52,8 @@ int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t
                n == 1 ? " is" : "s are");
         min_nodes = n;
     }
-    placement_opts o = { .n_ctx = n_ctx, .n_seq = m->ep.n_seq, .min_nodes = min_nodes };
+    placement_opts o = { .n_ctx = n_ctx, .n_seq = m->ep.n_seq, .min_nodes = min_nodes,
+                         .tensor = cfg->split_tensor };
     if ((rc = placement_make(&ms, nodes, n, links, &o, &pl)))
         goto out;
     *plan = placement_to_json(&pl, &ms);
@@ -85,12 +86,17 @@ int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t
     spec.n_threads = 0;                            /* each node its own */
     spec.wire_f32 = cfg->wire_f32;
     spec.n_stages = pl.n_stages;
+    spec.tensor = pl.tensor;
     for (int k = 0; k < pl.n_stages; k++) {
         snprintf(spec.stage[k].node, sizeof spec.stage[k].node, "%s", pl.stage[k].id);
         spec.stage[k].first = pl.stage[k].first;
         spec.stage[k].last = pl.stage[k].last;
-        rc_log(LOG_INFO, "model %s: stage %d, layers %d-%d on node %.8s (%s)", m->name, k,
-               pl.stage[k].first, pl.stage[k].last - 1, pl.stage[k].id, pl.stage[k].name);
+        if (pl.tensor)
+            rc_log(LOG_INFO, "model %s: shard %d of %d (every layer) on node %.8s (%s)", m->name,
+                   k, pl.n_stages, pl.stage[k].id, pl.stage[k].name);
+        else
+            rc_log(LOG_INFO, "model %s: stage %d, layers %d-%d on node %.8s (%s)", m->name, k,
+                   pl.stage[k].first, pl.stage[k].last - 1, pl.stage[k].id, pl.stage[k].name);
     }
     engine_exec *x = NULL;
     if ((rc = pipeline_exec_new(cfg->pipeline, &spec, STAGE_START_MS, log_progress, m, &x)))

@@ -82,6 +82,7 @@ typedef struct {
     struct pipeline *pipeline; /* with cluster: for models placed across nodes */
     int min_nodes;             /* placement option: at least this many stages */
     bool wire_f32;             /* pipeline hidden states as f32 */
+    bool split_tensor;         /* placement option: tensor-parallel shards */
     struct weights *weights;   /* with cluster: pulls models other nodes have */
 } registry_config;
 

@@ -32,7 +32,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: racimo plan -m MODEL [--ctx N] [--parallel N] [--min-nodes K]\n"
+        "usage: racimo plan -m MODEL [--ctx N] [--parallel N] [--min-nodes K] [--split S]\n"
         "                   [--node NAME:MEM[:BW_GBs]]... [--cluster http://HOST:PORT] [--json]\n"
         "\n"
         "Shows where the model's layers would run: on one node when one holds it (the\n"
@@ -44,6 +44,8 @@ static void usage(FILE *f)
         "  --ctx N               context tokens per sequence (default 4096, at most the model's)\n"
         "  --parallel N          sequences at once (default 4, as 'racimo serve')\n"
         "  --min-nodes K         split over at least K nodes\n"
+        "  --split layers|tensor layer ranges per node (pipeline, the default) or a part\n"
+        "                        of every layer on each node (tensor parallel)\n"
         "  --node NAME:MEM[:BW]  a hypothetical node giving MEM bytes (8G, 512M, 1.5GiB...)\n"
         "                        with BW GB/s of memory bandwidth (default %.0f); repeatable\n"
         "  --cluster URL         ask a running node's GET /v1/cluster (default %s;\n"
@@ -173,7 +175,11 @@ static void print_plan(const char *model_path, const model_sizes *ms, const plac
     for (int s = 0; s < p->n_stages; s++) {
         const placement_stage *st = &p->stage[s];
         char layers[32], bw[16];
-        snprintf(layers, sizeof layers, "%d-%d (%d)", st->first, st->last - 1, st->last - st->first);
+        if (p->tensor)
+            snprintf(layers, sizeof layers, "all, 1/%d", p->n_stages);
+        else
+            snprintf(layers, sizeof layers, "%d-%d (%d)", st->first, st->last - 1,
+                     st->last - st->first);
         fmt_bytes(st->weight_bytes, w, sizeof w);
         fmt_bytes(st->kv_bytes, kv, sizeof kv);
         double b = nodes[st->node].bw_gbs;
@@ -184,8 +190,9 @@ static void print_plan(const char *model_path, const model_sizes *ms, const plac
     char need[32], have[32];
     fmt_bytes(p->need_bytes, need, sizeof need);
     fmt_bytes(p->have_bytes, have, sizeof have);
-    printf("\nfits on %d node%s: needs %s of the %s offered; expected %.1f tokens/s for one "
-           "stream\n", p->n_stages, p->n_stages == 1 ? "" : "s", need, have, p->tokens_per_s);
+    printf("\nfits on %d node%s%s: needs %s of the %s offered; expected %.1f tokens/s for one "
+           "stream\n", p->n_stages, p->n_stages == 1 ? "" : "s",
+           p->tensor ? " (tensor parallel)" : "", need, have, p->tokens_per_s);
 }
 
 int cmd_plan(int argc, char **argv)
@@ -236,6 +243,12 @@ int cmd_plan(int argc, char **argv)
                 return 2;
             }
             o.min_nodes = (int)v;
+        } else if (!strcmp(a, "--split")) {
+            if (strcmp(val, "layers") && strcmp(val, "tensor")) {
+                fprintf(stderr, "racimo: plan: --split takes layers or tensor, not '%s'\n", val);
+                return 2;
+            }
+            o.tensor = !strcmp(val, "tensor");
         } else if (!strcmp(a, "--node")) {
             if (n_spec >= MAX_NODES) {
                 fprintf(stderr, "racimo: plan: at most %d --node\n", MAX_NODES);

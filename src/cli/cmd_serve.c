@@ -69,7 +69,12 @@ static void usage(FILE *f)
         "                          1.5GiB; default: all its free memory)\n"
         "  --min-nodes N           split every model across at least N nodes (pipeline;\n"
         "                          benchmarks and tests; default: only what does not fit)\n"
-        "  --pipeline-wire f16|f32 hidden states between pipeline stages (default f16)\n"
+        "  --split layers|tensor   how a model runs across nodes: layer ranges, one after\n"
+        "                          the other (pipeline, the default), or a part of every\n"
+        "                          layer on each node, summed twice a layer (tensor\n"
+        "                          parallel: all nodes work on every token)\n"
+        "  --pipeline-wire f16|f32 hidden states between pipeline stages and the\n"
+        "                          tensor-parallel sums (default f16)\n"
         "  --cache-type f32|f16  KV cache elements of instances run here (default f32, the\n"
         "                        reference's numbers; f16 halves the cache's memory)\n"
         "  --no-cluster            serve alone, with no cluster\n");
@@ -213,6 +218,12 @@ int cmd_serve(int argc, char **argv)
                 goto out;
             }
             cfg.cache_f16 = !strcmp(val, "f16");
+        } else if (!strcmp(a, "--split")) {
+            if (strcmp(val, "layers") && strcmp(val, "tensor")) {
+                fprintf(stderr, "racimo: serve: --split takes layers or tensor, not '%s'\n", val);
+                goto out;
+            }
+            cfg.split_tensor = !strcmp(val, "tensor");
         } else if (!strcmp(a, "--pipeline-wire")) {
             if (strcmp(val, "f16") && strcmp(val, "f32")) {
                 fprintf(stderr, "racimo: serve: --pipeline-wire takes f16 or f32, not '%s'\n", val);

@@ -531,10 +531,17 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     while (q) {
         cl_out *next = q->next;
         cl_node *n = cl__node_find(c, q->to);
-        if (n && n->conn && n->conn->phase == PH_OPEN)
+        if (n && n->conn && n->conn->phase == PH_OPEN) {
             cl__conn_send(n->conn, q->type, q->data, q->len, false);
-        else
+            /* the last message for this node in the batch: send now */
+            bool more = false;
+            for (cl_out *r = next; r && !more; r = r->next)
+                more = !memcmp(r->to, q->to, sizeof q->to);
+            if (!more)
+                cl__conn_flush(n->conn);
+        } else {
             rc_log(LOG_DEBUG, "cluster: dropping a message for a node without a link");
+        }
         rc_free(q);
         q = next;
     }

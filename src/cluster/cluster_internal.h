@@ -194,6 +194,7 @@ void cl__conn_close(cl_conn *k, const char *why);   /* sends BYE when open; reap
 void cl__conn_tick(cl_conn *k, uint64_t now);
 void cl__conn_free(cl_conn *k);
 size_t cl__conn_pending(const cl_conn *k);          /* output bytes not yet sent */
+void cl__conn_flush(cl_conn *k);                    /* write what the socket takes now */
 
 /* discovery.c */
 int  discovery_new(struct cluster *c, discovery **out);

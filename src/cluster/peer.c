@@ -127,6 +127,19 @@ int cl__conn_send(cl_conn *k, int type, const void *data, size_t len, bool final
     return 0;
 }
 
+/* The bufferevent writes on the loop's next pass, after a poll for
+ * writability; messages queued by other threads (a stage's or shard's
+ * data) would wait that pass.  Writing now saves it; the bufferevent sends
+ * whatever the socket does not take. */
+void cl__conn_flush(cl_conn *k)
+{
+    if (!k->bev || k->phase != PH_OPEN)
+        return;
+    struct evbuffer *out = bufferevent_get_output(k->bev);
+    if (evbuffer_get_length(out) > 0)
+        evbuffer_write(out, bufferevent_getfd(k->bev));
+}
+
 size_t cl__conn_pending(const cl_conn *k)
 {
     return (k->bev ? evbuffer_get_length(bufferevent_get_output(k->bev)) : 0) + k->txq_bytes;

@@ -11,6 +11,14 @@
  * next rows.  Messages to this node itself skip the network but take the
  * same path through the handler.
  *
+ * Tensor parallel (spec.tensor): the stages are shards of every layer.  The
+ * head sends each batch to all of them; inside the forward pass every
+ * shard sends its part of each sub-block's output to every other shard and
+ * waits for theirs (PIPE_PARTIAL, in order per link, numbered), and all add
+ * the parts in shard order, so all go on with the same numbers; at the end
+ * shards 1.. send their columns of the logits to shard 0, which samples and
+ * answers the head.
+ *
  * Threads: the handler runs on the cluster thread (or the sender's, for
  * messages to self) and only queues; stage work runs on each stage's
  * worker; the head's executor runs on the engine thread.  `mu` guards the
@@ -24,6 +32,7 @@
 #include "infer/stage.h"
 #include "model/model.h"
 #include "tensor/fp16.h"
+#include "tensor/types.h"
 #include "weights.h"
 #include "wire.h"
 
@@ -39,7 +48,11 @@ enum {
     PIPE_BATCH  = 0x42,   /* head -> first stage, stage -> next: rows (+ hidden) */
     PIPE_RESULT = 0x43,   /* last stage (or a failing stage) -> head */
     PIPE_STOP   = 0x44,   /* head -> stage: u32 instance */
+    PIPE_PARTIAL = 0x45,  /* shard -> shard: a part of a sum, or of the logits */
 };
+enum { PART_SUM = 0, PART_LOGITS = 1 };
+#define PARTIAL_HDR (WIRE_ID_BYTES + 4 * 4 + 8)
+#define PARTIAL_WAIT_MS 60000     /* a shard's peer this late is taken as lost */
 enum { ENC_NONE = 0, ENC_F16 = 1, ENC_F32 = 2 };
 #define BATCH_HDR (WIRE_ID_BYTES + 5 * 4)
 #define MAX_BIAS_WIRE 1000000
@@ -73,6 +86,19 @@ typedef struct stage_inst {
     pthread_t thread;
     uint64_t batches;
     uint64_t last_progress_ns;
+    /* tensor-parallel shards (n_ranks > 1) */
+    int rank, n_ranks;
+    char peers[PIPELINE_MAX_STAGES][33];
+    msg *pq_head[PIPELINE_MAX_STAGES], *pq_tail[PIPELINE_MAX_STAGES];
+    uint64_t n_parts;         /* partials sent so far (each shard counts the same) */
+    uint64_t wait_ns;         /* time spent waiting for the others' parts */
+    uint64_t forward_ns;      /* time in forward passes (waits included) */
+    uint64_t run_ns;          /* time running batch messages (forward, sampling, sends) */
+    bool peer_down;
+    char peer_why[160];
+    float *parts;             /* [n_ranks][n_batch][n_embd] the others' parts */
+    uint8_t *pbuf;
+    size_t pcap;
 } stage_inst;
 
 typedef struct {
@@ -124,7 +150,7 @@ typedef struct {
 
 static void wb_put(wbuf *w, const void *d, size_t n)
 {
-    if (w->oom)
+    if (w->oom || !n)
         return;
     if (w->len + n > w->cap) {
         size_t cap = w->cap ? w->cap : 4096;
@@ -141,6 +167,48 @@ static void wb_put(wbuf *w, const void *d, size_t n)
     memcpy(w->p + w->len, d, n);
     w->len += n;
 }
+/* n more bytes at the end, to be written by the caller; NULL on OOM */
+static uint8_t *wb_grow(wbuf *w, size_t n)
+{
+    size_t at = w->len;
+    if (!w->oom && w->len + n > w->cap) {
+        size_t cap = w->cap ? w->cap : 4096;
+        while (cap < w->len + n)
+            cap *= 2;
+        uint8_t *np = rc_realloc(w->p, cap);
+        if (!np) {
+            w->oom = true;
+            return NULL;
+        }
+        w->p = np;
+        w->cap = cap;
+    }
+    if (w->oom)
+        return NULL;
+    w->len += n;
+    return w->p + at;
+}
+
+/* Floats to and from the f16 wire (the F16C conversion where the CPU has
+ * it; both round to nearest even). */
+static void to_f16(const float *x, uint8_t *d, size_t n)
+{
+    tensor_type_traits(TT_F16)->from_float(x, d, (int64_t)n);
+}
+static void from_f16(const uint8_t *d, float *x, size_t n)
+{
+    /* the message need not be 2-aligned */
+    if (((uintptr_t)d & 1) == 0) {
+        tensor_type_traits(TT_F16)->to_float(d, x, (int64_t)n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v;
+        memcpy(&v, d + i * 2, 2);
+        x[i] = fp16_to_fp32(v);
+    }
+}
+
 static void wb_u32(wbuf *w, uint32_t v) { wb_put(w, &v, 4); }
 static void wb_i32(wbuf *w, int32_t v) { wb_put(w, &v, 4); }
 static void wb_f32(wbuf *w, float v) { wb_put(w, &v, 4); }
@@ -230,6 +298,164 @@ static void get_start(rbuf *r, wire_start *ws)
 
 static int send_to(pipeline *p, const char *to, int type, const void *d, size_t n);
 
+/* ---- tensor-parallel shards: the exchange of parts ---- */
+
+/* Sends part `seq` (n_rows x width floats at x, columns from col0 of the
+ * whole) to shard `to`, or to every other shard (to < 0). */
+static int shard_send(stage_inst *si, int to, int kind, uint64_t seq, int enc, const float *x,
+                      int n_rows, int width, int col0)
+{
+    wbuf w = { .p = si->pbuf, .cap = si->pcap };
+    wb_put(&w, si->head_raw, WIRE_ID_BYTES);
+    wb_u32(&w, si->inst);
+    wb_u32(&w, (uint32_t)si->rank);
+    wb_u32(&w, (uint32_t)kind);
+    wb_u32(&w, (uint32_t)enc);
+    wb_put(&w, &seq, 8);
+    wb_u32(&w, (uint32_t)n_rows);
+    wb_u32(&w, (uint32_t)width);
+    wb_u32(&w, (uint32_t)col0);
+    const size_t n = (size_t)n_rows * (size_t)width;
+    if (enc == ENC_F32) {
+        wb_put(&w, x, n * sizeof(float));
+    } else {
+        uint8_t *d = wb_grow(&w, n * 2);
+        if (d)
+            to_f16(x, d, n);
+    }
+    si->pbuf = w.p;
+    si->pcap = w.cap;
+    if (w.oom)
+        return rc_fail(RC_ENOMEM, "out of memory for a shard's part");
+    for (int q = 0; q < si->n_ranks; q++)
+        if (q != si->rank && (to < 0 || q == to) &&
+            send_to(si->p, si->peers[q], PIPE_PARTIAL, w.p, w.len))
+            return rc_fail(RC_EIO, "cannot reach shard %d's node %.8s", q, si->peers[q]);
+    return 0;
+}
+
+/* Waits for the next part from shard q and checks that it is part `seq`
+ * of kind `kind` with n_rows rows; decodes it into dst (width floats per
+ * row, or at its col0 within rows of ld floats for logits). */
+static int shard_take(stage_inst *si, int q, int kind, uint64_t seq, int n_rows, int width,
+                      float *dst, int ld)
+{
+    pipeline *p = si->p;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += PARTIAL_WAIT_MS / 1000;
+    uint64_t t0 = os_now_ns();
+    pthread_mutex_lock(&p->mu);
+    int late = 0;
+    while (!si->pq_head[q] && !si->stop && !si->peer_down && !late)
+        late = pthread_cond_timedwait(&si->cv, &p->mu, &dl);
+    si->wait_ns += os_now_ns() - t0;
+    msg *m = si->pq_head[q];
+    if (m) {
+        si->pq_head[q] = m->next;
+        if (!si->pq_head[q])
+            si->pq_tail[q] = NULL;
+    }
+    char why[200] = "";
+    if (!m)
+        snprintf(why, sizeof why, "%s", si->stop ? "the shard was stopped"
+                                   : si->peer_down ? si->peer_why
+                                   : "no part from a peer shard within the time limit");
+    pthread_mutex_unlock(&p->mu);
+    if (!m)
+        return rc_fail(RC_EIO, "shard %d (node %.8s): %s", q, si->peers[q], why);
+    rbuf r = { .p = m->data, .len = m->len };
+    rb_get(&r, WIRE_ID_BYTES + 8);
+    uint32_t k = rb_u32(&r), enc = rb_u32(&r);
+    uint64_t s = rb_u64(&r);
+    uint32_t rows = rb_u32(&r), cols = rb_u32(&r), col0 = rb_u32(&r);
+    size_t esz = enc == ENC_F16 ? 2 : enc == ENC_F32 ? 4 : 0;
+    int rc = 0;
+    if (r.bad || k != (uint32_t)kind || s != seq || rows != (uint32_t)n_rows || !esz ||
+        (kind == PART_SUM ? cols != (uint32_t)width || col0 != 0
+                          : (uint64_t)col0 + cols > (uint64_t)ld) ||
+        m->len - r.off != (size_t)rows * cols * esz) {
+        rc = rc_fail(RC_EFORMAT, "shard %d (node %.8s) sent part %llu of kind %u with %u x %u "
+                     "values where part %llu of kind %d with %d rows was due", q, si->peers[q],
+                     (unsigned long long)s, k, rows, cols, (unsigned long long)seq, kind, n_rows);
+    } else {
+        const uint8_t *d = m->data + r.off;
+        int stride = kind == PART_SUM ? width : ld;
+        for (uint32_t i = 0; i < rows; i++) {
+            float *o = dst + (size_t)i * (size_t)stride + (kind == PART_SUM ? 0 : col0);
+            const uint8_t *src = d + (size_t)i * cols * esz;
+            if (esz == 4)
+                memcpy(o, src, (size_t)cols * 4);
+            else
+                from_f16(src, o, cols);
+        }
+    }
+    rc_free(m);
+    return rc;
+}
+
+/* The stage's reduce: this shard's part goes to every other shard, theirs
+ * come back, and every shard adds them all in shard order.  On the f16
+ * wire a shard adds its own part rounded as the others receive it, so all
+ * shards add the same numbers. */
+static int shard_reduce(void *ud, float *x, int n_rows, int width)
+{
+    stage_inst *si = ud;
+    const size_t n = (size_t)n_rows * (size_t)width;
+    const size_t slot = (size_t)si->n_batch * (size_t)width;
+    const uint64_t seq = si->n_parts++;
+    const int enc = si->wire_f32 ? ENC_F32 : ENC_F16;
+    if (enc == ENC_F16) {
+        uint8_t *tmp = (uint8_t *)(si->parts + (size_t)si->rank * slot);
+        to_f16(x, tmp, n);
+        from_f16(tmp, x, n);
+    }
+    int rc = shard_send(si, -1, PART_SUM, seq, enc, x, n_rows, width, 0);
+    const float *src[PIPELINE_MAX_STAGES];
+    for (int q = 0; q < si->n_ranks && !rc; q++) {
+        src[q] = q == si->rank ? x : si->parts + (size_t)q * slot;
+        if (q != si->rank)
+            rc = shard_take(si, q, PART_SUM, seq, n_rows, width, si->parts + (size_t)q * slot, 0);
+    }
+    if (rc)
+        return rc;
+    float *sum = si->parts + (size_t)si->rank * slot;
+    for (size_t i = 0; i < n; i++) {
+        float acc = src[0][i];
+        for (int q = 1; q < si->n_ranks; q++)
+            acc += src[q][i];
+        sum[i] = acc;
+    }
+    memcpy(x, sum, n * sizeof(float));
+    return 0;
+}
+
+/* After the forward pass: shards 1.. send their columns of the n_rows
+ * rows of logits to shard 0, which puts them in place. */
+static int shard_gather(stage_inst *si, int n_rows)
+{
+    if (n_rows == 0)
+        return 0;
+    const uint64_t seq = si->n_parts++;
+    const model_shard *sh = &si->m->shard;
+    const int V = si->m->hp.n_vocab;
+    if (si->rank > 0) {
+        /* the rows are V apart in out; send them packed */
+        float *packed = si->out;
+        for (int i = 0; i < n_rows; i++)
+            memmove(packed + (size_t)i * sh->n_vocab, si->out + (size_t)i * V + sh->vocab0,
+                    (size_t)sh->n_vocab * sizeof(float));
+        return shard_send(si, 0, PART_LOGITS, seq, ENC_F32, packed, n_rows, sh->n_vocab,
+                          sh->vocab0);
+    }
+    for (int q = 1; q < si->n_ranks; q++) {
+        int rc = shard_take(si, q, PART_LOGITS, seq, n_rows, 0, si->out, V);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* ---- the stage side ---- */
 
 static void stage_send_ready(stage_inst *si, bool ok, const char *error)
@@ -248,8 +474,12 @@ static void stage_send_error(stage_inst *si, uint32_t group, const char *why)
 {
     wbuf w = { 0 };
     char text[300];
-    snprintf(text, sizeof text, "stage %d (layers %d-%d) on node %.8s: %s", si->index,
-             si->first, si->last - 1, si->p->self, why);
+    if (si->n_ranks > 1)
+        snprintf(text, sizeof text, "shard %d of %d on node %.8s: %s", si->rank, si->n_ranks,
+                 si->p->self, why);
+    else
+        snprintf(text, sizeof text, "stage %d (layers %d-%d) on node %.8s: %s", si->index,
+                 si->first, si->last - 1, si->p->self, why);
     wb_u32(&w, si->inst);
     wb_u32(&w, group);
     wb_u32(&w, 1);
@@ -282,14 +512,15 @@ static int stage_load(stage_inst *si)
                             path, sizeof path);
     if (rc)
         return rc;
-    if ((rc = model_load(path, si->first, si->last, &si->m)))
+    if ((rc = model_load_shard(path, si->first, si->last, si->rank, si->n_ranks, &si->m)))
         return rc;
     const model_hparams *hp = &si->m->hp;
     if (hp->n_layer < si->last || hp->n_embd != si->n_embd_want)
         return rc_fail(RC_EINVAL, "%s here has %d layers of width %d, the head's has width %d",
                        path, hp->n_layer, hp->n_embd, si->n_embd_want);
     stage_params sp = { .n_ctx = si->n_ctx, .n_seq = si->n_seq, .n_batch = si->n_batch,
-                        .n_threads = si->n_threads, .precision = MATMUL_FAST };
+                        .n_threads = si->n_threads, .precision = MATMUL_FAST,
+                        .reduce = shard_reduce, .reduce_ud = si };
     if ((rc = stage_new(si->m, &sp, &si->st)))
         return rc;
     const size_t E = (size_t)hp->n_embd, B = (size_t)si->n_batch;
@@ -298,7 +529,9 @@ static int stage_load(stage_inst *si)
     si->out = rc_malloc((last ? (size_t)si->n_seq * (size_t)hp->n_vocab : B * E) * sizeof(float));
     if (!si->in || !si->out)
         return rc_fail(RC_ENOMEM, "out of memory for the stage's buffers");
-    if (last && (rc = sample_set_new(si->n_seq, hp->n_vocab, &si->ss)))
+    if (si->n_ranks > 1 && !(si->parts = rc_malloc((size_t)si->n_ranks * B * E * sizeof(float))))
+        return rc_fail(RC_ENOMEM, "out of memory for the shard's sums");
+    if (last && si->rank == 0 && (rc = sample_set_new(si->n_seq, hp->n_vocab, &si->ss)))
         return rc;
     return 0;
 }
@@ -336,7 +569,7 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
             return;
         }
         stage_seq_truncate(si->st, s->seq, s->keep);
-        if (!last)
+        if (!si->ss)
             continue;
         int32_t *prompt = rc_malloc((size_t)s->n_prompt * 4 + 4);
         int32_t *ids = rc_malloc((size_t)s->sp.n_bias * 4 + 4);
@@ -397,24 +630,34 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
         return;
     }
     const uint8_t *h = data + hidden_off;
-    for (size_t i = 0; esz && i < (size_t)n_rows * (size_t)E; i++) {
-        if (esz == 2) {
-            uint16_t v;
-            memcpy(&v, h + i * 2, 2);
-            si->in[i] = fp16_to_fp32(v);
-        } else {
-            memcpy(&si->in[i], h + i * 4, 4);
-        }
-    }
+    if (esz == 2)
+        from_f16(h, si->in, (size_t)n_rows * (size_t)E);
+    else if (esz == 4)
+        memcpy(si->in, h, (size_t)n_rows * (size_t)E * 4);
     stage_batch b = { .n_rows = (int)n_rows, .token = rt, .pos = rp, .seq = rs, .logits = rw };
     int got = 0;
-    if (stage_forward(si->st, &b, first ? NULL : si->in, si->out, &got)) {
+    uint64_t t0 = os_now_ns();
+    int frc = stage_forward(si->st, &b, first ? NULL : si->in, si->out, &got);
+    si->forward_ns += os_now_ns() - t0;
+    if (frc) {
         snprintf(why, sizeof why, "%s", rc_errmsg());
         rc_free(rt);
         stage_send_error(si, group, why);
         return;
     }
     si->batches++;
+    if (si->n_ranks > 1) {
+        if (shard_gather(si, got)) {
+            snprintf(why, sizeof why, "%s", rc_errmsg());
+            rc_free(rt);
+            stage_send_error(si, group, why);
+            return;
+        }
+        if (si->rank > 0) {       /* shard 0 answers the head */
+            rc_free(rt);
+            return;
+        }
+    }
     wbuf w = { .p = si->wbuf, .cap = si->wcap };
     if (last) {
         wb_u32(&w, si->inst);
@@ -457,13 +700,12 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
         memcpy(w.p + WIRE_ID_BYTES + 8, &e, 4);
     }
     (void)rows_off;
-    for (size_t i = 0; i < (size_t)n_rows * (size_t)E; i++) {
-        if (si->wire_f32) {
-            wb_f32(&w, si->out[i]);
-        } else {
-            uint16_t v = fp32_to_fp16(si->out[i]);
-            wb_put(&w, &v, 2);
-        }
+    if (si->wire_f32) {
+        wb_put(&w, si->out, (size_t)n_rows * (size_t)E * 4);
+    } else {
+        uint8_t *d = wb_grow(&w, (size_t)n_rows * (size_t)E * 2);
+        if (d)
+            to_f16(si->out, d, (size_t)n_rows * (size_t)E);
     }
     si->wbuf = w.p;
     si->wcap = w.cap;
@@ -486,11 +728,24 @@ static void stage_inst_release(stage_inst *si)
     rc_free(si->in);
     rc_free(si->out);
     rc_free(si->wbuf);
+    rc_free(si->parts);
+    rc_free(si->pbuf);
+    si->parts = NULL;
+    si->pbuf = NULL;
     si->ss = NULL;
     si->st = NULL;
     si->m = NULL;
     si->in = si->out = NULL;
     si->wbuf = NULL;
+}
+
+static void free_queue(msg **head, msg **tail)
+{
+    for (msg *m = *head, *n; m; m = n) {
+        n = m->next;
+        rc_free(m);
+    }
+    *head = *tail = NULL;
 }
 
 static void *stage_thread(void *arg)
@@ -526,7 +781,9 @@ static void *stage_thread(void *arg)
             si->q_tail = NULL;
         pthread_mutex_unlock(&p->mu);
         if (si->st) {
+            uint64_t t_run = os_now_ns();
             stage_batch_run(si, m->data, m->len);
+            si->run_ns += os_now_ns() - t_run;
         } else {
             rbuf r = { .p = m->data, .len = m->len };
             rb_get(&r, WIRE_ID_BYTES + 4);
@@ -536,15 +793,23 @@ static void *stage_thread(void *arg)
     }
     stage_inst_release(si);
     pthread_mutex_lock(&p->mu);
-    for (msg *m = si->q_head, *n; m; m = n) {
-        n = m->next;
-        rc_free(m);
-    }
-    si->q_head = si->q_tail = NULL;
+    free_queue(&si->q_head, &si->q_tail);
+    for (int q = 0; q < si->n_ranks; q++)
+        free_queue(&si->pq_head[q], &si->pq_tail[q]);
     si->done = true;
     pthread_mutex_unlock(&p->mu);
-    rc_log(LOG_INFO, "pipeline: stage %d of %s stopped after %llu batches", si->index,
-           si->model_name, (unsigned long long)si->batches);
+    if (si->n_ranks > 1)
+        rc_log(LOG_INFO, "pipeline: shard %d of %d of %s stopped after %llu batches and %llu "
+               "parts; %.1f s on batches, %.1f s of it in forward passes, of which %.1f s "
+               "waiting for the other shards' parts", si->rank, si->n_ranks, si->model_name,
+               (unsigned long long)si->batches, (unsigned long long)si->n_parts,
+               (double)si->run_ns * 1e-9, (double)si->forward_ns * 1e-9,
+               (double)si->wait_ns * 1e-9);
+    else
+        rc_log(LOG_INFO, "pipeline: stage %d of %s stopped after %llu batches; %.1f s on "
+               "batches, %.1f s of it in forward passes", si->index, si->model_name,
+               (unsigned long long)si->batches, (double)si->run_ns * 1e-9,
+               (double)si->forward_ns * 1e-9);
     return NULL;
 }
 
@@ -580,11 +845,15 @@ static void on_setup(pipeline *p, const char *from, const uint8_t *data, size_t 
     json_int_t inst = -1, index = -1, first = -1, last = -1, n_ctx = 0, n_seq = 0, n_batch = 0,
                threads = 0, n_embd = 0, n_stages = 0;
     const char *model_name = NULL, *next = NULL, *wire_enc = NULL;
-    if (!j || json_unpack(j, "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I}",
+    json_t *shards = NULL;
+    if (!j || json_unpack(j, "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s?o}",
                           "inst", &inst, "index", &index, "model", &model_name, "first", &first,
                           "last", &last, "n_ctx", &n_ctx, "n_seq", &n_seq, "n_batch", &n_batch,
                           "threads", &threads, "n_embd", &n_embd, "wire", &wire_enc, "next",
-                          &next, "n_stages", &n_stages) ||
+                          &next, "n_stages", &n_stages, "shards", &shards) ||
+        (shards && (!json_is_array(shards) || json_array_size(shards) < 2 ||
+                    json_array_size(shards) > PIPELINE_MAX_STAGES ||
+                    (size_t)index >= json_array_size(shards))) ||
         inst < 0 || inst > UINT32_MAX || index < 0 || index >= PIPELINE_MAX_STAGES ||
         first < 0 || last <= first || last > 100000 || n_ctx <= 0 || n_ctx > (1 << 24) ||
         n_seq <= 0 || n_seq > 4096 || n_batch <= 0 || n_batch > 65536 || threads < 0 ||
@@ -615,6 +884,21 @@ static void on_setup(pipeline *p, const char *from, const uint8_t *data, size_t 
                                                                   : os_n_physical_cores();
     si->n_embd_want = (int)n_embd;
     si->wire_f32 = !strcmp(wire_enc, "f32");
+    si->n_ranks = 1;
+    if (shards) {
+        si->n_ranks = (int)json_array_size(shards);
+        si->rank = si->index;
+        for (int q = 0; q < si->n_ranks; q++) {
+            const char *id = json_string_value(json_array_get(shards, (size_t)q));
+            if (!id || strlen(id) != 32) {
+                rc_log(LOG_WARN, "pipeline: malformed shard list in a set-up from %.8s", from);
+                json_decref(j);
+                rc_free(si);
+                return;
+            }
+            snprintf(si->peers[q], sizeof si->peers[q], "%s", id);
+        }
+    }
     json_decref(j);
     pthread_cond_init(&si->cv, NULL);
     pthread_mutex_lock(&p->mu);
@@ -624,8 +908,12 @@ static void on_setup(pipeline *p, const char *from, const uint8_t *data, size_t 
         old->stop = true;
         pthread_cond_signal(&old->cv);
     }
-    rc_log(LOG_INFO, "pipeline: node %.8s asks for stage %d of %s (layers %d-%d)", from,
-           si->index, si->model_name, si->first, si->last - 1);
+    if (si->n_ranks > 1)
+        rc_log(LOG_INFO, "pipeline: node %.8s asks for shard %d of %d of %s (every layer)", from,
+               si->rank, si->n_ranks, si->model_name);
+    else
+        rc_log(LOG_INFO, "pipeline: node %.8s asks for stage %d of %s (layers %d-%d)", from,
+               si->index, si->model_name, si->first, si->last - 1);
     if (pthread_create(&si->thread, NULL, stage_thread, si)) {
         pthread_mutex_unlock(&p->mu);
         pthread_cond_destroy(&si->cv);
@@ -637,34 +925,48 @@ static void on_setup(pipeline *p, const char *from, const uint8_t *data, size_t 
     pthread_mutex_unlock(&p->mu);
 }
 
+/* A copy of a message for a queue of a stage (mu held). */
+static void enqueue_locked(stage_inst *si, msg **head, msg **tail, msg *m, const uint8_t *data,
+                           size_t len)
+{
+    m->next = NULL;
+    m->len = len;
+    memcpy(m->data, data, len);
+    if (*tail)
+        (*tail)->next = m;
+    else
+        *head = m;
+    *tail = m;
+    pthread_cond_signal(&si->cv);
+}
+
+/* The stage a batch or part is for: its first bytes name the head and the
+ * instance (mu held; NULL when this node runs no such stage). */
+static stage_inst *addressee_locked(pipeline *p, const uint8_t *data, char head[33],
+                                    uint32_t *inst)
+{
+    wire_hex(data, WIRE_ID_BYTES, head);
+    memcpy(inst, data + WIRE_ID_BYTES, 4);
+    return find_stage_locked(p, head, *inst);
+}
+
 static void on_batch(pipeline *p, const char *from, const uint8_t *data, size_t len)
 {
     if (len < BATCH_HDR)
         return;
     char head[33];
     uint32_t inst;
-    wire_hex(data, WIRE_ID_BYTES, head);
-    memcpy(&inst, data + WIRE_ID_BYTES, 4);
     msg *m = rc_malloc(sizeof *m + len);
     pthread_mutex_lock(&p->mu);
-    stage_inst *si = find_stage_locked(p, head, inst);
+    stage_inst *si = addressee_locked(p, data, head, &inst);
+    if (si && m)
+        enqueue_locked(si, &si->q_head, &si->q_tail, m, data, len);
+    pthread_mutex_unlock(&p->mu);
     if (!si || !m) {
-        pthread_mutex_unlock(&p->mu);
         rc_free(m);
         rc_log(LOG_WARN, "pipeline: a batch from %.8s for instance %u of %.8s, which this node "
                "does not run", from, inst, head);
-        return;
     }
-    m->next = NULL;
-    m->len = len;
-    memcpy(m->data, data, len);
-    if (si->q_tail)
-        si->q_tail->next = m;
-    else
-        si->q_head = m;
-    si->q_tail = m;
-    pthread_cond_signal(&si->cv);
-    pthread_mutex_unlock(&p->mu);
 }
 
 static void on_stop(pipeline *p, const char *from, const uint8_t *data, size_t len)
@@ -680,6 +982,29 @@ static void on_stop(pipeline *p, const char *from, const uint8_t *data, size_t l
         pthread_cond_signal(&si->cv);
     }
     pthread_mutex_unlock(&p->mu);
+}
+
+static void on_partial(pipeline *p, const char *from, const uint8_t *data, size_t len)
+{
+    if (len < PARTIAL_HDR)
+        return;
+    char head[33];
+    uint32_t inst;
+    msg *m = rc_malloc(sizeof *m + len);
+    pthread_mutex_lock(&p->mu);
+    stage_inst *si = addressee_locked(p, data, head, &inst);
+    int q = -1;
+    for (int k = 0; si && k < si->n_ranks; k++)
+        if (k != si->rank && !strcmp(si->peers[k], from))
+            q = k;
+    if (q >= 0 && m)
+        enqueue_locked(si, &si->pq_head[q], &si->pq_tail[q], m, data, len);
+    pthread_mutex_unlock(&p->mu);
+    if (q < 0 || !m) {
+        rc_free(m);
+        rc_log(LOG_WARN, "pipeline: a shard's part from %.8s for instance %u of %.8s, which "
+               "this node does not share with it", from, inst, head);
+    }
 }
 
 /* ---- the head side ---- */
@@ -751,6 +1076,13 @@ static void on_result(pipeline *p, const char *from, const uint8_t *data, size_t
         memcpy(g->error, data + r.off, tl);
         g->error[tl] = 0;
         g->status = RC_EIO;
+        /* a shard that failed mid-batch has left its peers' sums and caches
+         * behind: the instance cannot go on (the next request re-places it) */
+        if (h->spec.tensor && !h->broken) {
+            h->broken = true;
+            snprintf(h->broken_why, sizeof h->broken_why, "%s", g->error);
+            rc_log(LOG_WARN, "pipeline: instance %u of %s: %s", h->inst, h->spec.model, g->error);
+        }
     } else if (n > (uint32_t)h->spec.n_seq) {
         snprintf(g->error, sizeof g->error, "the last stage sent %u rows", n);
         g->status = RC_EFORMAT;
@@ -812,12 +1144,15 @@ static int head_submit(engine_exec *x, const exec_batch *b)
     pthread_mutex_unlock(&p->mu);
     if (broken)
         return 0;              /* collect reports it */
-    if (send_to(p, h->spec.stage[0].node, PIPE_BATCH, w.p, w.len)) {
-        pthread_mutex_lock(&p->mu);
-        g->sent = false;
-        pthread_mutex_unlock(&p->mu);
-        return rc_fail(RC_EIO, "cannot reach the first stage's node %.8s", h->spec.stage[0].node);
-    }
+    /* a pipeline's batch enters at its first stage; shards all take it */
+    for (int k = 0; k < (h->spec.tensor ? h->spec.n_stages : 1); k++)
+        if (send_to(p, h->spec.stage[k].node, PIPE_BATCH, w.p, w.len)) {
+            pthread_mutex_lock(&p->mu);
+            g->sent = false;
+            pthread_mutex_unlock(&p->mu);
+            return rc_fail(RC_EIO, "cannot reach the node %.8s of %s %d", h->spec.stage[k].node,
+                           h->spec.tensor ? "shard" : "stage", k);
+        }
     h->batches++;
     return 0;
 }
@@ -911,13 +1246,19 @@ bool pipeline_exec_broken(engine_exec *x)
 static int send_setup(pipeline *p, head_exec *h, int k)
 {
     const pipeline_spec *s = &h->spec;
-    json_t *j = json_pack("{s:I, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i}",
+    json_t *shards = NULL;
+    if (s->tensor) {
+        shards = json_array();
+        for (int q = 0; q < s->n_stages; q++)
+            json_array_append_new(shards, json_string(s->stage[q].node));
+    }
+    json_t *j = json_pack("{s:I, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:o*}",
                           "inst", (json_int_t)h->inst, "index", k, "model", s->model, "first",
                           s->stage[k].first, "last", s->stage[k].last, "n_ctx", s->n_ctx,
                           "n_seq", s->n_seq, "n_batch", s->n_batch, "threads", s->n_threads,
                           "n_embd", s->n_embd, "wire", s->wire_f32 ? "f32" : "f16", "next",
-                          k + 1 < s->n_stages ? s->stage[k + 1].node : "", "n_stages",
-                          s->n_stages);
+                          k + 1 < s->n_stages && !s->tensor ? s->stage[k + 1].node : "",
+                          "n_stages", s->n_stages, "shards", shards);
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!txt)
@@ -938,16 +1279,22 @@ int pipeline_exec_new(pipeline *p, const pipeline_spec *spec, int timeout_ms,
     if (spec->n_stages < 1 || spec->n_stages > PIPELINE_MAX_STAGES)
         return rc_fail(RC_EINVAL, "a pipeline needs 1 to %d stages", PIPELINE_MAX_STAGES);
     for (int k = 0; k < spec->n_stages; k++)
-        if (spec->stage[k].first != (k ? spec->stage[k - 1].last : 0) ||
-            spec->stage[k].last <= spec->stage[k].first)
-            return rc_fail(RC_EINVAL, "pipeline stages must cover the layers in order");
+        if (spec->tensor ? spec->stage[k].first != 0 || spec->stage[k].last != spec->n_layer
+                         : spec->stage[k].first != (k ? spec->stage[k - 1].last : 0) ||
+                               spec->stage[k].last <= spec->stage[k].first)
+            return rc_fail(RC_EINVAL, spec->tensor ? "every tensor-parallel shard runs all layers"
+                                                   : "pipeline stages must cover the layers in order");
+    if (spec->tensor && spec->n_stages < 2)
+        return rc_fail(RC_EINVAL, "tensor parallelism needs 2 or more shards");
     if (spec->stage[spec->n_stages - 1].last != spec->n_layer)
         return rc_fail(RC_EINVAL, "pipeline stages end at layer %d of %d",
                        spec->stage[spec->n_stages - 1].last, spec->n_layer);
     head_exec *h = rc_calloc(1, sizeof *h);
     if (!h)
         return rc_fail(RC_ENOMEM, "out of memory");
-    int G = spec->n_stages < spec->n_seq ? spec->n_stages : spec->n_seq;
+    /* a pipeline keeps one micro-batch per stage in flight; shards all
+     * work on the same batch */
+    int G = spec->tensor ? 1 : spec->n_stages < spec->n_seq ? spec->n_stages : spec->n_seq;
     h->x = (engine_exec){ .n_groups = G, .submit = head_submit, .collect = head_collect,
                           .wake = head_wake, .broken = pipeline_exec_broken, .free = head_free };
     h->p = p;
@@ -1037,6 +1384,7 @@ static void on_msg(void *ud, const char *from, int type, const uint8_t *data, si
     case PIPE_BATCH:  on_batch(p, from, data, len); break;
     case PIPE_RESULT: on_result(p, from, data, len); break;
     case PIPE_STOP:   on_stop(p, from, data, len); break;
+    case PIPE_PARTIAL: on_partial(p, from, data, len); break;
     default:
         rc_log(LOG_DEBUG, "pipeline: unknown message type 0x%02x from %.8s", type, from);
     }
@@ -1064,12 +1412,25 @@ static void on_down(void *ud, const char *node)
         if (k < 0 || h->broken)
             continue;
         h->broken = true;
-        snprintf(h->broken_why, sizeof h->broken_why,
-                 "node %.8s, which ran stage %d (layers %d-%d) of %.64s, is down", node, k,
-                 h->spec.stage[k].first, h->spec.stage[k].last - 1, h->spec.model);
+        if (h->spec.tensor)
+            snprintf(h->broken_why, sizeof h->broken_why,
+                     "node %.8s, which ran shard %d of %d of %.64s, is down", node, k,
+                     h->spec.n_stages, h->spec.model);
+        else
+            snprintf(h->broken_why, sizeof h->broken_why,
+                     "node %.8s, which ran stage %d (layers %d-%d) of %.64s, is down", node, k,
+                     h->spec.stage[k].first, h->spec.stage[k].last - 1, h->spec.model);
         rc_log(LOG_WARN, "pipeline: %s", h->broken_why);
         pthread_cond_broadcast(&h->cv);
     }
+    for (stage_inst *si = p->stages; si; si = si->next)
+        for (int q = 0; q < si->n_ranks; q++)
+            if (q != si->rank && !strcmp(si->peers[q], node) && !si->peer_down) {
+                si->peer_down = true;
+                snprintf(si->peer_why, sizeof si->peer_why, "node %.8s, which ran shard %d of "
+                         "%.64s, is down", node, q, si->model_name);
+                pthread_cond_signal(&si->cv);
+            }
     for (stage_inst *si = p->stages; si; si = si->next)
         if (!strcmp(si->head, node) && !si->stop) {
             rc_log(LOG_WARN, "pipeline: the head %.8s of stage %d of %s is down; stopping it",
@@ -1153,12 +1514,13 @@ json_t *pipeline_status(pipeline *p)
                                                 h->spec.stage[k].first, "last",
                                                 h->spec.stage[k].last, "ready",
                                                 h->stage_ok[k]));
-        json_array_append_new(heads, json_pack("{s:I, s:s, s:o, s:b, s:s, s:I, s:s}", "instance",
-                                               (json_int_t)h->inst, "model", h->spec.model,
-                                               "stages", st, "broken", h->broken, "error",
-                                               h->broken_why, "batches",
+        json_array_append_new(heads, json_pack("{s:I, s:s, s:o, s:b, s:s, s:I, s:s, s:s}",
+                                               "instance", (json_int_t)h->inst, "model",
+                                               h->spec.model, "stages", st, "broken", h->broken,
+                                               "error", h->broken_why, "batches",
                                                (json_int_t)h->batches, "wire",
-                                               h->spec.wire_f32 ? "f32" : "f16"));
+                                               h->spec.wire_f32 ? "f32" : "f16", "split",
+                                               h->spec.tensor ? "tensor" : "layers"));
     }
     for (stage_inst *si = p->stages; si; si = si->next)
         if (!si->done)

@@ -32,6 +32,9 @@ typedef struct {
     int n_layer, n_embd, n_vocab;
     int n_ctx, n_seq, n_batch, n_threads;
     bool wire_f32;            /* hidden states as f32 (default f16) */
+    bool tensor;              /* the stages are tensor-parallel shards (each [0, n_layer)):
+                                 every batch goes to all of them, they sum their parts
+                                 with each other, and shard 0 samples */
     int n_stages;
     pipeline_stage stage[PIPELINE_MAX_STAGES];
 } pipeline_spec;

@@ -26,6 +26,7 @@ typedef struct {
     int n;
     const double *link_ms;
     int min_nodes;
+    bool tensor;              /* shards of every layer instead of layer ranges */
     uint64_t tokens;          /* KV positions in all: n_ctx * n_seq */
     double wscale;            /* weights scaled (advice: a smaller quantisation) */
     bool fit_only;            /* the advice's searches: whether it fits, not how fast */
@@ -91,6 +92,55 @@ static uint64_t total_need(const problem *P)
     return stage_need(P, 0, P->ms->n_layer);
 }
 
+/* Stage s of a placement on node `node`, its bytes still to fill. */
+static placement_stage *stage_on(const problem *P, placement *p, int s, int node)
+{
+    placement_stage *st = &p->stage[s];
+    memset(st, 0, sizeof *st);
+    st->node = node;
+    snprintf(st->id, sizeof st->id, "%s", P->nodes[node].id);
+    snprintf(st->name, sizeof st->name, "%s", P->nodes[node].name);
+    return st;
+}
+
+/* Tensor parallel over the k nodes of `set`: equal parts of every layer.
+ * A token waits for the slowest node, and for 2 exchanges per layer plus
+ * the logits' gather over the slowest link of the set. */
+static bool try_tensor(const problem *P, const int *set, int k, placement *p)
+{
+    const model_sizes *ms = P->ms;
+    const int L = ms->n_layer;
+    uint64_t cut = P->pre[L] + (ms->tied ? 0 : ms->output_bytes);
+    uint64_t weights = scaled(P, ms->shared_bytes + ms->embd_bytes + cut / (uint64_t)k);
+    uint64_t kv = model_sizes_kv_bytes(ms, 0, L, P->tokens) / (uint64_t)k;
+    double decode = (double)scaled(P, model_sizes_stage_decode_bytes(ms, 0, L)) / k;
+    double slowest = 0, hop = 0;
+    for (int s = 0; s < k; s++) {
+        if (weights + kv > P->avail[set[s]])
+            return false;
+        double t = decode / (bw_of(&P->nodes[set[s]]) * 1e9) * 1e3;
+        slowest = t > slowest ? t : slowest;
+        for (int q = 0; q < k; q++)
+            if (q != s && hop_ms(P, set[s], set[q]) > hop)
+                hop = hop_ms(P, set[s], set[q]);
+    }
+    p->fits = true;
+    p->tensor = true;
+    p->n_stages = k;
+    for (int s = 0; s < k; s++) {
+        placement_stage *st = stage_on(P, p, s, set[s]);
+        const placement_node *nd = &P->nodes[set[s]];
+        st->first = 0;
+        st->last = L;
+        st->weight_bytes = weights;
+        st->kv_bytes = kv;
+        st->ms_per_token = decode / (bw_of(nd) * 1e9) * 1e3;
+    }
+    double ms_tok = slowest + (2.0 * L + 1) * hop;
+    p->tokens_per_s = ms_tok > 0 ? 1000.0 / ms_tok : 0;
+    return true;
+}
+
 /* Splits the layers over the nodes of `set` in that order.  A pipeline
  * runs at the pace of its slowest stage, so the split balances the time of
  * a token on each stage - the bytes its layers read per token (the last
@@ -104,6 +154,8 @@ static bool try_set(const problem *P, const int *set, int k, placement *p)
     const int L = P->ms->n_layer;
     if (k < 1 || k > L || k > PLACEMENT_MAX_STAGES)
         return false;
+    if (P->tensor && k > 1)
+        return try_tensor(P, set, k, p);
     double sum_bw = 0;
     for (int s = 0; s < k; s++)
         sum_bw += bw_of(&P->nodes[set[s]]);
@@ -143,12 +195,8 @@ static bool try_set(const problem *P, const int *set, int k, placement *p)
     int b = L;
     for (int s = k - 1; s >= 0; s--) {
         int a = P->from[(size_t)(s + 1) * W + (size_t)b];
-        placement_stage *st = &p->stage[s];
+        placement_stage *st = stage_on(P, p, s, set[s]);
         const placement_node *nd = &P->nodes[set[s]];
-        memset(st, 0, sizeof *st);
-        st->node = set[s];
-        snprintf(st->id, sizeof st->id, "%s", nd->id);
-        snprintf(st->name, sizeof st->name, "%s", nd->name);
         st->first = a;
         st->last = b;
         st->weight_bytes = stage_weights(P, a, b);
@@ -429,7 +477,7 @@ int placement_make(const model_sizes *ms, const placement_node *nodes, int n_nod
                        o->n_ctx, o->n_seq);
     const int L = ms->n_layer;
     problem P = { .ms = ms, .nodes = nodes, .n = n_nodes, .link_ms = link_ms,
-                  .min_nodes = o->min_nodes, .tokens = (uint64_t)o->n_ctx * (uint64_t)o->n_seq,
+                  .min_nodes = o->min_nodes, .tensor = o->tensor, .tokens = (uint64_t)o->n_ctx * (uint64_t)o->n_seq,
                   .wscale = 1.0 };
     int k = PLACEMENT_MAX_STAGES;
     P.avail = rc_calloc((size_t)(n_nodes > 0 ? n_nodes : 1), sizeof *P.avail);
@@ -577,7 +625,8 @@ json_t *placement_to_json(const placement *p, const model_sizes *ms)
                       (json_int_t)st->weight_bytes, "kv_bytes", (json_int_t)st->kv_bytes,
                       "ms_per_token", st->ms_per_token));
     }
-    return json_pack("{s:b, s:o, s:f, s:I, s:I, s:s, s:i}", "fits", p->fits, "stages", stages,
+    return json_pack("{s:b, s:s, s:o, s:f, s:I, s:I, s:s, s:i}", "fits", p->fits, "split",
+                     p->tensor ? "tensor" : "layers", "stages", stages,
                      "tokens_per_s", p->tokens_per_s, "need_bytes", (json_int_t)p->need_bytes,
                      "have_bytes", (json_int_t)p->have_bytes, "advice", p->advice, "n_layer",
                      ms ? ms->n_layer : 0);

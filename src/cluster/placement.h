@@ -55,6 +55,8 @@ typedef struct {
     int n_ctx;               /* tokens per sequence */
     int n_seq;               /* parallel sequences */
     int min_nodes;           /* force a split over at least this many nodes; 0/1 = no */
+    bool tensor;             /* split every layer across the nodes (tensor parallel)
+                                instead of giving each node a layer range */
     uint64_t reserve;        /* per node bytes kept free (nodes with mem_free only);
                                 0 = max(PLACEMENT_MIN_RESERVE, mem_total / 10) */
 } placement_opts;
@@ -70,6 +72,9 @@ typedef struct {
 
 typedef struct {
     bool fits;
+    bool tensor;             /* the stages are tensor-parallel shards: each runs
+                                every layer ([0, n_layer)) with an equal part of
+                                every matrix, summing with the others twice a layer */
     int n_stages;
     placement_stage stage[PLACEMENT_MAX_STAGES];
     double tokens_per_s;     /* one stream: 1000 / (stage ms + a hop between consecutive
@@ -78,6 +83,12 @@ typedef struct {
     uint64_t have_bytes;     /* what all the nodes can give */
     char advice[512];        /* when it does not fit: the shortfall and what would fit */
 } placement;
+
+/* Tensor-parallel placement (opts.tensor): the same search for the fewest
+ * nodes, but each node holds an equal part of every layer (1/k of the
+ * matrices and of the KV cache, plus the whole embedding table for
+ * look-ups), and a token takes the slowest node's time plus two exchanges
+ * per layer over the slowest link of the set. */
 
 /* The reserve of a node with `mem_total` bytes when opts.reserve is 0. */
 uint64_t placement_default_reserve(uint64_t mem_total);
@@ -107,7 +118,7 @@ int placement_nodes_from_view(const json_t *view, placement_node **nodes, int *n
 void placement_links_from_view(const json_t *view, const placement_node *nodes, int n, int n_embd,
                                double *link_ms);
 
-/* {"fits", "stages":[{"node" (id), "index", "name", "first", "last",
+/* {"fits", "split" ("layers" or "tensor"), "stages":[{"node" (id), "index", "name", "first", "last",
  * "weight_bytes", "kv_bytes", "ms_per_token"}], "tokens_per_s",
  * "need_bytes", "have_bytes", "advice", "n_layer"}; NULL when out of memory. */
 json_t *placement_to_json(const placement *p, const model_sizes *ms);
