@@ -141,18 +141,24 @@ static bool same_bytes(const char *a, const char *b)
     return ca == cb;
 }
 
+/* Node A with model m (at apath) and node B without, linked. */
+static void a_has_model_b_not(node *a, node *b, char *apath, size_t cap)
+{
+    snprintf(apath, cap, "%s/a/models/m.gguf", test_tmpdir());
+    mkdir(test_tmpdir(), 0700);
+    start(a, "a", NULL, NULL, NULL);   /* makes the folders; the scan is redone below */
+    write_model(apath);
+    stop(a);
+    start(a, "a", NULL, NULL, NULL);
+    start(b, "b", cluster_join_token(a->c), a, NULL);
+    wait_model(b, cluster_self_id(a->c), "m");
+}
+
 TEST_T(weights_pull_half_then_rest, 120)
 {
     node a, b;
     char apath[800], path[1024], man[1100];
-    snprintf(apath, sizeof apath, "%s/a/models/m.gguf", test_tmpdir());
-    mkdir(test_tmpdir(), 0700);
-    start(&a, "a", NULL, NULL, NULL);   /* makes the folders; the scan is redone below */
-    write_model(apath);
-    stop(&a);
-    start(&a, "a", NULL, NULL, NULL);
-    start(&b, "b", cluster_join_token(a.c), &a, NULL);
-    wait_model(&b, cluster_self_id(a.c), "m");
+    a_has_model_b_not(&a, &b, apath, sizeof apath);
 
     progress_log pl = { 0 };
     CHECK_OK(weights_ensure(b.w, "m", 4, 8, NULL, progress, &pl, path, sizeof path));
@@ -303,6 +309,69 @@ TEST_T(weights_refusals, 120)
     CHECK(!strstr(path, ".part"));
     CHECK(same_bytes(path, apath));
     chmod(ro, 0755);
+    stop(&b);
+    stop(&a);
+}
+
+static int no_sum(void *ud, float *x, int n_rows, int width)
+{
+    (void)ud; (void)x; (void)n_rows; (void)width;
+    return 0;
+}
+
+/* Logits columns of tensor-parallel shard `rank` of 2 for fixed tokens,
+ * its parts left unsummed (a shard's own arithmetic). */
+static float *shard_logits(const char *path, int rank)
+{
+    model *m;
+    stage *s;
+    CHECK_OK(model_load_shard(path, 0, -1, rank, 2, &m));
+    stage_params sp = { .n_ctx = 16, .n_seq = 1, .n_batch = 4, .n_threads = 2,
+                        .reduce = no_sum };
+    CHECK_OK(stage_new(m, &sp, &s));
+    const int V = m->hp.n_vocab;
+    float *out = calloc((size_t)4 * V, sizeof(float));
+    int32_t tok[4] = { 5, 77, 300, 2 }, pos[4] = { 0, 1, 2, 3 }, seq[4] = { 0 };
+    stage_batch b = { .n_rows = 4, .token = tok, .pos = pos, .seq = seq };
+    CHECK_OK(stage_forward(s, &b, NULL, out, NULL));
+    stage_free(s);
+    model_free(m);
+    return out;
+}
+
+/* A tensor-parallel shard pulls its rows of the row-cut tensors and the
+ * column-cut ones whole, not the file; its copy computes what the shard
+ * computes from the whole file; the other shard and the whole model are
+ * refused on that copy, naming what is missing. */
+TEST_T(weights_pull_shard, 120)
+{
+    node a, b;
+    char apath[800], path[1024];
+    a_has_model_b_not(&a, &b, apath, sizeof apath);
+
+    progress_log pl = { 0 };
+    CHECK_OK(weights_ensure_shard(b.w, "m", 0, -1, 1, 2, NULL, progress, &pl, path, sizeof path));
+    CHECK(strstr(path, "/b/models/m.gguf.part"));
+    uint64_t size = size_of(apath, NULL);
+    fprintf(stderr, "  shard 1 of 2 pulled %.1f of %.1f MB\n", (double)pl.total / 1e6,
+            (double)size / 1e6);
+    CHECK_INT(pl.total, <, size * 3 / 4);
+    CHECK_INT(pl.total, >, size / 2);
+
+    float *la = shard_logits(apath, 1), *lb = shard_logits(path, 1);
+    CHECK(!memcmp(la, lb, sizeof(float) * 4 * 512));
+    free(la);
+    free(lb);
+    model *m;
+    CHECK_INT(model_load_shard(path, 0, -1, 0, 2, &m), ==, RC_ENOTFOUND);
+    CHECK(strstr(rc_errmsg(), "shard 0 of 2") && strstr(rc_errmsg(), "blk.0.attn_q.weight"));
+    CHECK_INT(model_load(path, 0, -1, &m), ==, RC_ENOTFOUND);
+    /* shard 0 next: only what is still missing */
+    progress_log p0 = { 0 };
+    CHECK_OK(weights_ensure_shard(b.w, "m", 0, -1, 0, 2, NULL, progress, &p0, path, sizeof path));
+    CHECK_INT(p0.total, <, size / 2);
+    CHECK_OK(model_load_shard(path, 0, -1, 0, 2, &m));
+    model_free(m);
     stop(&b);
     stop(&a);
 }

@@ -508,8 +508,8 @@ static int stage_load(stage_inst *si)
     char path[1200];
     int rc = cluster_model_path(si->p->c, si->model_name, path, sizeof path);
     if (rc == RC_ENOTFOUND && si->p->w)
-        rc = weights_ensure(si->p->w, si->model_name, si->first, si->last, NULL, pull_progress, si,
-                            path, sizeof path);
+        rc = weights_ensure_shard(si->p->w, si->model_name, si->first, si->last, si->rank,
+                                  si->n_ranks, NULL, pull_progress, si, path, sizeof path);
     if (rc)
         return rc;
     if ((rc = model_load_shard(path, si->first, si->last, si->rank, si->n_ranks, &si->m)))

@@ -818,8 +818,22 @@ static int remote_info(pull *p, uint64_t *size, uint64_t *head)
     return rc;
 }
 
-static int do_pull(weights *w, pull *p, int first, int last, const char *part, const char *man,
-                   const char *final, char *path_out, size_t cap)
+/* A shard's range as a unit to fetch. */
+typedef struct {
+    unit **u;
+    size_t *n, *cap;
+    const model_ranges *r;
+} unit_list;
+
+static int shard_unit(void *ud, uint64_t start, uint64_t end, const char *name)
+{
+    unit_list *l = ud;
+    return add_unit(l->u, l->n, l->cap, l->r, start, end, name);
+}
+
+static int do_pull(weights *w, pull *p, int first, int last, int rank, int n_ranks,
+                   const char *part, const char *man, const char *final, char *path_out,
+                   size_t cap)
 {
     model_ranges *r = p->ranges;
     gguf_file *f = NULL;
@@ -869,7 +883,11 @@ static int do_pull(weights *w, pull *p, int first, int last, const char *part, c
     if (first != last && (rc = model_tensor_needs(f, first, last, need)))
         goto done;                         /* first == last: the head alone */
     n = 0;
-    for (uint64_t i = 0; i < f->n_tensors && !rc; i++)
+    if (n_ranks > 1 && first != last) {    /* a shard: its parts of the tensors */
+        unit_list l = { &u, &n, &ucap, r };
+        rc = model_shard_ranges(f, first, last, rank, n_ranks, shard_unit, &l);
+    }
+    for (uint64_t i = 0; i < f->n_tensors && !rc && n_ranks == 1; i++)
         if (need[i])
             rc = add_unit(&u, &n, &ucap, r, f->tensors[i].file_offset,
                           f->tensors[i].file_offset + f->tensors[i].size_bytes,
@@ -923,6 +941,14 @@ done:
 int weights_ensure(weights *w, const char *model_name, int first, int last, const char *peer_id,
                    weights_progress_fn progress, void *ud, char *path_out, size_t cap)
 {
+    return weights_ensure_shard(w, model_name, first, last, 0, 1, peer_id, progress, ud,
+                                path_out, cap);
+}
+
+int weights_ensure_shard(weights *w, const char *model_name, int first, int last, int rank,
+                         int n_ranks, const char *peer_id, weights_progress_fn progress,
+                         void *ud, char *path_out, size_t cap)
+{
     char final[PATH_MAX], part[PATH_MAX + 8], man[PATH_MAX + 16];
     int rc;
     if (!model_name || (rc = check_name(model_name)))
@@ -973,9 +999,12 @@ int weights_ensure(weights *w, const char *model_name, int first, int last, cons
     }
     pull p = { .w = w, .name = model_name, .node = node, .fd = fd, .ranges = &r,
                .progress = progress, .ud = ud, .t0 = os_now_ns() };
-    rc = do_pull(w, &p, first, last, part, man, final, path_out, cap);
+    rc = do_pull(w, &p, first, last, rank, n_ranks, part, man, final, path_out, cap);
     close(fd);
-    if (rc)
+    if (rc && n_ranks > 1)
+        rc_wrap(rc, "pulling shard %d of %d of layers %d-%d of '%s' from node %.8s: ", rank,
+                n_ranks, first, last < 0 ? -1 : last - 1, model_name, node);
+    else if (rc)
         rc_wrap(rc, "pulling layers %d-%d of '%s' from node %.8s: ", first,
                 last < 0 ? -1 : last - 1, model_name, node);
     else

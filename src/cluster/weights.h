@@ -77,6 +77,14 @@ typedef void (*weights_progress_fn)(void *ud, uint64_t done, uint64_t total, dou
 int weights_ensure(weights *w, const char *model_name, int first, int last, const char *peer_id,
                    weights_progress_fn progress, void *ud, char *path_out, size_t cap);
 
+/* The same for shard `rank` of `n_ranks` (tensor parallel): only the
+ * byte ranges that shard reads (model_shard_ranges: its rows of the
+ * row-cut tensors, the column-cut ones whole).  n_ranks 1 is
+ * weights_ensure. */
+int weights_ensure_shard(weights *w, const char *model_name, int first, int last, int rank,
+                         int n_ranks, const char *peer_id, weights_progress_fn progress,
+                         void *ud, char *path_out, size_t cap);
+
 /* Tells the requester that the link to node_id is lost: requests waiting on
  * it fail at once with RC_EIO.  The owner wires it from the cluster's
  * down handler (cluster_set_down_handler has a single slot, which the owner

@@ -290,9 +290,31 @@ int model_tensor_needs(const gguf_file *f, int first, int last, bool *need)
     return 0;
 }
 
+/* A shard's ranges against a partial copy's verified ones: the names of
+ * the tensors whose needed bytes are missing, in `missing`. */
+typedef struct {
+    const model_ranges *r;
+    char *missing;
+    size_t cap, len;
+    bool any;
+} shard_check;
+
+static int shard_range_covered(void *ud, uint64_t start, uint64_t end, const char *name)
+{
+    shard_check *c = ud;
+    if (!model_ranges_covers(c->r, start, end)) {
+        c->any = true;
+        if (c->len < c->cap)
+            c->len += (size_t)snprintf(c->missing + c->len, c->cap - c->len, "%s, ", name);
+    }
+    return 0;
+}
+
 /* Refuses tensors outside the verified ranges of a partial copy; names the
- * layers (and the other tensors) missing. */
-static int check_ranges(const gguf_file *f, const bool *need)
+ * layers (and the other tensors) missing.  A shard (n_ranks > 1) needs only
+ * its parts of them (model_shard_ranges). */
+static int check_ranges(const gguf_file *f, const bool *need, int first, int last, int rank,
+                        int n_ranks)
 {
     char mpath[4200];
     model_ranges r;
@@ -314,6 +336,21 @@ static int check_ranges(const gguf_file *f, const bool *need)
     bool any = r.file_bytes != f->size_bytes || !model_ranges_covers(&r, 0, f->data_offset);
     if (any)
         len += (size_t)snprintf(missing + len, sizeof missing - len, "the file head, ");
+    if (n_ranks > 1) {
+        shard_check c = { &r, missing, sizeof missing, len, false };
+        rc = any ? 0 : model_shard_ranges(f, first, last, rank, n_ranks, shard_range_covered, &c);
+        model_ranges_free(&r);
+        if (rc)
+            return rc;
+        if (!any && !c.any)
+            return 0;
+        n = strlen(missing);
+        if (n >= 2)
+            missing[n - 2] = '\0';
+        return rc_fail(RC_ENOTFOUND, "%s: a partial copy without %s (shard %d of %d; verified "
+                       "ranges in %s); pull them from a node that has the model", f->path,
+                       missing, rank, n_ranks, mpath);
+    }
     /* Tensors are checked in file order per layer: collect missing layers
      * as runs "a-b". */
 #define FLUSH() do { \
@@ -456,7 +493,8 @@ int model_load_file_shard(gguf_file *f, int first, int last, int rank, int n_ran
     if (first == 0 && last == hp->n_layer)
         for (uint64_t i = 0; i < f->n_tensors; i++)
             need[i] = true;
-    if ((rc = check_ranges(f, need)) || (rc = gguf_map_tensors(f, need)))
+    if ((rc = check_ranges(f, need, first, last, rank, n_ranks)) ||
+        (rc = gguf_map_tensors(f, need)))
         goto fail;
     refresh_views(m);
     if ((rc = model_shard_apply(m, rank, n_ranks)))

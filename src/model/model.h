@@ -121,6 +121,17 @@ int model_load_file_shard(gguf_file *f, int first, int last, int rank, int n_ran
 int model_load_shard(const char *path, int first, int last, int rank, int n_ranks,
                      model **out);
 
+/* The byte ranges of the file that shard `rank` of `n_ranks` of layers
+ * [first, last) reads (last = -1: n_layer), from the head alone: the
+ * shard's rows of the row-cut tensors, the whole of the column-cut ones
+ * (attn_output, ffn_down: every row holds a piece), its rows of the output,
+ * the whole embedding table when first == 0, every other needed tensor
+ * whole.  Calls range() for each (in file order per tensor); a nonzero
+ * return stops and is returned.  Errors of model_shard_plan. */
+int model_shard_ranges(const gguf_file *f, int first, int last, int rank, int n_ranks,
+                       int (*range)(void *ud, uint64_t start, uint64_t end, const char *name),
+                       void *ud);
+
 /* The shard `rank` of `n_ranks` of a model with these hyperparameters,
  * with FFN cuts on multiples of `ff_align` (the block size of ffn_down's
  * type) and head cuts checked against `o_align` (attn_output's block

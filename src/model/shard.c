@@ -15,6 +15,7 @@
 #include "base/os.h"
 #include "tensor/types.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int model_shard_plan(const model_hparams *hp, int ff_align, int o_align, int rank,
@@ -151,4 +152,91 @@ int model_shard_apply(model *m, int rank, int n_ranks)
         bytes += bytes_of(&m->tok_embd);
     m->weight_bytes = bytes;
     return 0;
+}
+
+/* The larger block size of a per-layer tensor over layers [first, last). */
+static int layer_align(const gguf_file *f, int first, int last, const char *suffix)
+{
+    int align = 1;
+    char name[96];
+    for (int l = first; l < last; l++) {
+        snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
+        const gguf_tensor *t = gguf_find_tensor(f, name);
+        const tensor_traits *tt = t ? tensor_type_traits((int)t->type) : NULL;
+        if (tt && tt->block_size > align)
+            align = (int)tt->block_size;
+    }
+    return align;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+int model_shard_ranges(const gguf_file *f, int first, int last, int rank, int n_ranks,
+                       int (*range)(void *ud, uint64_t start, uint64_t end, const char *name),
+                       void *ud)
+{
+    model_hparams hp;
+    int rc = model_read_hparams(f, &hp);
+    if (rc)
+        return rc;
+    const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    if (!hp.n_vocab && emb)
+        hp.n_vocab = (int)emb->ne[1];
+    if (last < 0)
+        last = hp.n_layer;
+    bool *need = rc_calloc(f->n_tensors ? (size_t)f->n_tensors : 1, sizeof *need);
+    if (!need)
+        return rc_fail(RC_ENOMEM, "out of memory planning a shard");
+    model_shard s;
+    if ((rc = model_tensor_needs(f, first, last, need)) ||
+        (rc = model_shard_plan(&hp, layer_align(f, first, last, "ffn_down.weight"),
+                               layer_align(f, first, last, "attn_output.weight"), rank, n_ranks,
+                               &s))) {
+        rc_free(need);
+        return rc;
+    }
+    const int64_t D = hp.head_dim, Dv = hp.head_dim_v;
+    static const struct { const char *suffix; int what; } cuts[] = {
+        { "attn_q.weight", 0 }, { "attn_k.weight", 1 }, { "attn_v.weight", 2 },
+        { "attn_q.bias", 0 }, { "attn_k.bias", 1 }, { "attn_v.bias", 2 },
+        { "ffn_gate.weight", 3 }, { "ffn_up.weight", 3 },
+    };
+    for (uint64_t i = 0; i < f->n_tensors && !rc; i++) {
+        if (!need[i])
+            continue;
+        const gguf_tensor *t = &f->tensors[i];
+        uint64_t off = t->file_offset, end = off + t->size_bytes;
+        /* rows [r0, r1) of a matrix, or elements of a vector */
+        int64_t r0 = -1, r1 = -1;
+        if (n_ranks > 1 && !strncmp(t->name, "blk.", 4)) {
+            for (size_t c = 0; c < sizeof cuts / sizeof cuts[0] && r0 < 0; c++) {
+                if (!ends_with(t->name, cuts[c].suffix))
+                    continue;
+                switch (cuts[c].what) {
+                case 0: r0 = s.head0 * D; r1 = r0 + s.n_head * D; break;
+                case 1: r0 = s.kv0 * D; r1 = r0 + s.n_head_kv * D; break;
+                case 2: r0 = s.kv0 * Dv; r1 = r0 + s.n_head_kv * Dv; break;
+                default: r0 = s.ff0; r1 = r0 + s.n_ff; break;
+                }
+            }
+        } else if (n_ranks > 1 && (!strcmp(t->name, "output.weight") ||
+                                   (!strcmp(t->name, "token_embd.weight") && first > 0))) {
+            r0 = s.vocab0;
+            r1 = r0 + s.n_vocab;
+        }
+        if (r0 >= 0) {
+            /* a vector's "rows" are its elements; a matrix's are ne[0] wide */
+            uint64_t row = t->n_dims == 1 ? sizeof(float)
+                                          : tensor_row_bytes((int)t->type, t->ne[0]);
+            end = off + (uint64_t)r1 * row;
+            off += (uint64_t)r0 * row;
+        }
+        rc = range(ud, off, end, t->name);
+    }
+    rc_free(need);
+    return rc;
 }
