@@ -1044,6 +1044,9 @@ static void on_ready(pipeline *p, const char *from, const uint8_t *data, size_t 
                 h->stage_ok[index] = true;
                 h->n_ready++;
             }
+        } else if (!h->stage_err[0] && h->spec.tensor) {
+            snprintf(h->stage_err, sizeof h->stage_err, "shard %d of %d on node %.8s: %s",
+                     (int)index, h->spec.n_stages, from, error);
         } else if (!h->stage_err[0]) {
             snprintf(h->stage_err, sizeof h->stage_err, "stage %d (layers %d-%d) on node %.8s: %s",
                      (int)index, h->spec.stage[index].first, h->spec.stage[index].last - 1, from,
