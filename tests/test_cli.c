@@ -8,6 +8,7 @@
 #include "tensor/types.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <poll.h>
 #if defined(__APPLE__)
 #include <util.h>
@@ -214,4 +215,33 @@ TEST_T(cli_chat_in_a_terminal, 120)
     }
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     close(t.fd);
+}
+
+/* racimo bench: prompt, generation, K sequences at once and the same on
+ * in-process tensor-parallel shards, as JSON; bad options name themselves. */
+TEST_T(cli_bench_json_and_shards, 120)
+{
+    const char *mpath = test_make_model("tiny", TT_Q8_0, NULL);
+    char cmd[16384], out[65536];
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 16 -n 4 -t 1 --reps 1 --batch-decode 2,3 "
+             "--shards 2 --json 2>/dev/null", test_bin(), mpath);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
+    json_t *j = json_loads(out, 0, NULL);
+    CHECK(j != NULL);
+    CHECK(json_number_value(json_object_get(j, "pp_tokens_per_s")) > 0);
+    CHECK(json_number_value(json_object_get(j, "tg_tokens_per_s")) > 0);
+    CHECK_INT(json_array_size(json_object_get(j, "batch_decode")), ==, 2);
+    CHECK_INT(json_integer_value(json_object_get(j, "shards")), ==, 2);
+    json_t *sd = json_object_get(j, "shards_decode");
+    CHECK_INT(json_array_size(sd), ==, 3);              /* x1, x2, x3 */
+    CHECK_INT(json_integer_value(json_object_get(json_array_get(sd, 2), "sequences")), ==, 3);
+    CHECK(json_number_value(json_object_get(json_array_get(sd, 2), "tokens_per_s")) > 0);
+    json_decref(j);
+    /* tiny has 2 key/value heads: 3 shards cannot be cut, and it says so */
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 0 -n 2 -t 1 --reps 1 --shards 3", test_bin(), mpath);
+    CHECK_INT(test_run(cmd, out, sizeof out), !=, 0);
+    CHECK(strstr(out, "key/value heads") != NULL);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --shards 1", test_bin(), mpath);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 2);
+    CHECK(strstr(out, "'--shards'") != NULL);
 }

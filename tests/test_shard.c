@@ -1,5 +1,6 @@
 /* test_shard.c - tensor-parallel shards of a model (model_load_shard and
- * the stage's reduce): N shards run in threads, summing through memory,
+ * the stage's reduce): N shards run in threads, summing through memory
+ * (infer/shard_group.h),
  * and their logits put together must be the whole model's (up to the order
  * of a few float additions), with the same greedy tokens; the cuts that
  * cannot be made are refused with a reason. */
@@ -7,113 +8,15 @@
 #include "model_util.h"
 #include "base/err.h"
 #include "base/rng.h"
-#include "tensor/fp16.h"
+#include "infer/shard_group.h"
 #include "tensor/types.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_RANKS 4
 #define N_PROMPT 12
 #define N_STEPS 6
-
-/* A reusable barrier (pthread_barrier_t is missing on macOS). */
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int n, waiting;
-    unsigned long round;
-} barrier;
-
-static void barrier_wait(barrier *b)
-{
-    pthread_mutex_lock(&b->mu);
-    unsigned long round = b->round;
-    if (++b->waiting == b->n) {
-        b->waiting = 0;
-        b->round++;
-        pthread_cond_broadcast(&b->cv);
-    } else {
-        while (round == b->round)
-            pthread_cond_wait(&b->cv, &b->mu);
-    }
-    pthread_mutex_unlock(&b->mu);
-}
-
-typedef struct {
-    barrier bar;
-    float *part[MAX_RANKS];
-    int n_ranks;
-    long reduces;
-    bool f16;          /* parts rounded to f16, as on the default wire */
-} group;
-
-typedef struct {
-    group *g;
-    int rank;
-    model *m;
-    stage *s;
-    const stage_batch *b;
-    float *out;
-    int rc, n_out;
-    float *sum;
-} member;
-
-/* Every member adds the parts in rank order, so all get the same sums. */
-static int mem_reduce(void *ud, float *x, int n_rows, int width)
-{
-    member *me = ud;
-    group *g = me->g;
-    size_t n = (size_t)n_rows * (size_t)width;
-    if (g->f16)
-        for (size_t i = 0; i < n; i++)
-            x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
-    g->part[me->rank] = x;
-    barrier_wait(&g->bar);
-    for (size_t i = 0; i < n; i++) {
-        float acc = g->part[0][i];
-        for (int r = 1; r < g->n_ranks; r++)
-            acc += g->part[r][i];
-        me->sum[i] = acc;
-    }
-    barrier_wait(&g->bar);
-    memcpy(x, me->sum, n * sizeof(float));
-    if (me->rank == 0)
-        g->reduces++;
-    return 0;
-}
-
-static void *member_run(void *arg)
-{
-    member *me = arg;
-    me->rc = stage_forward(me->s, me->b, NULL, me->out, &me->n_out);
-    return NULL;
-}
-
-/* Runs one batch on every shard at once; merges each shard's logit columns
- * into `logits` [n_out][V]. */
-static int run_shards(member *ms, int n, const stage_batch *b, float *logits)
-{
-    pthread_t th[MAX_RANKS];
-    for (int r = 0; r < n; r++) {
-        ms[r].b = b;
-        CHECK(pthread_create(&th[r], NULL, member_run, &ms[r]) == 0);
-    }
-    for (int r = 0; r < n; r++)
-        pthread_join(th[r], NULL);
-    const int V = ms[0].m->hp.n_vocab;
-    for (int r = 0; r < n; r++) {
-        CHECK_OK(ms[r].rc);
-        CHECK_INT(ms[r].n_out, ==, ms[0].n_out);
-        const model_shard *sh = &ms[r].m->shard;
-        for (int i = 0; i < ms[r].n_out; i++)
-            memcpy(logits + (size_t)i * V + sh->vocab0, ms[r].out + (size_t)i * V + sh->vocab0,
-                   (size_t)sh->n_vocab * sizeof(float));
-    }
-    return ms[0].n_out;
-}
 
 static int argmax(const float *x, int n)
 {
@@ -133,30 +36,23 @@ static void check_shards_wire(const char *preset, int type, int precision, int n
     model *m_all;
     stage *s_all;
     test_open_stage(path, 0, -1, precision, 64, 2, 2 * N_PROMPT, 1, &m_all, &s_all);
-    const int V = m_all->hp.n_vocab, E = m_all->hp.n_embd;
-    group g = { .n_ranks = n_ranks, .f16 = f16 };
-    pthread_mutex_init(&g.bar.mu, NULL);
-    pthread_cond_init(&g.bar.cv, NULL);
-    g.bar.n = n_ranks;
-    member ms[MAX_RANKS];
+    const int V = m_all->hp.n_vocab;
+    stage_params sp = { .n_ctx = 64, .n_seq = 2, .n_batch = 2 * N_PROMPT, .n_threads = 1,
+                        .precision = precision };
+    shard_group *g;
+    CHECK_OK(shard_group_new(path, n_ranks, &sp, f16, &g));
     uint64_t held = 0;
     int heads = 0, kv = 0, ff = 0, vocab = 0;
     for (int r = 0; r < n_ranks; r++) {
-        ms[r] = (member){ .g = &g, .rank = r };
-        CHECK_OK(model_load_shard(path, 0, -1, r, n_ranks, &ms[r].m));
-        const model_shard *sh = &ms[r].m->shard;
+        const model *m = shard_group_model(g, r);
+        const model_shard *sh = &m->shard;
         CHECK_INT(sh->rank, ==, r);
         CHECK_INT(sh->head0, ==, heads);
         CHECK_INT(sh->kv0, ==, kv);
         CHECK_INT(sh->ff0, ==, ff);
         CHECK_INT(sh->vocab0, ==, vocab);
         heads += sh->n_head; kv += sh->n_head_kv; ff += sh->n_ff; vocab += sh->n_vocab;
-        held += ms[r].m->weight_bytes;
-        stage_params sp = { .n_ctx = 64, .n_seq = 2, .n_batch = 2 * N_PROMPT, .n_threads = 1,
-                            .precision = precision, .reduce = mem_reduce, .reduce_ud = &ms[r] };
-        CHECK_OK(stage_new(ms[r].m, &sp, &ms[r].s));
-        ms[r].out = calloc((size_t)2 * N_PROMPT * V, sizeof(float));
-        ms[r].sum = malloc((size_t)2 * N_PROMPT * E * sizeof(float));
+        held += m->weight_bytes;
     }
     CHECK_INT(heads, ==, m_all->hp.n_head);
     CHECK_INT(kv, ==, m_all->hp.n_head_kv);
@@ -166,7 +62,7 @@ static void check_shards_wire(const char *preset, int type, int precision, int n
      * norms; the rest is cut. */
     double emb = (double)m_all->tok_embd.row_bytes * V, all = (double)m_all->weight_bytes;
     CHECK((double)held <= all + (n_ranks - 1) * (emb + 0.02 * all));
-    CHECK(ms[0].m->weight_bytes < m_all->weight_bytes);
+    CHECK(shard_group_model(g, 0)->weight_bytes < m_all->weight_bytes);
 
     int32_t tok[2 * N_PROMPT], pos[2 * N_PROMPT], seq[2 * N_PROMPT];
     rng_state rg;
@@ -183,7 +79,8 @@ static void check_shards_wire(const char *preset, int type, int precision, int n
     for (int step = 0; step <= N_STEPS; step++) {
         int n_all;
         CHECK_OK(stage_forward(s_all, &b, NULL, want, &n_all));
-        int n = run_shards(ms, n_ranks, &b, got);
+        int n;
+        CHECK_OK(shard_group_forward(g, &b, got, &n));
         CHECK_INT(n, ==, n_all);
         for (int i = 0; i < n; i++) {
             const float *w = want + (size_t)i * V, *x = got + (size_t)i * V;
@@ -209,15 +106,10 @@ static void check_shards_wire(const char *preset, int type, int precision, int n
     }
     fprintf(stderr, "  %s %s, %d shards%s: max |logit diff| %.3g, %d argmax flips, %ld reduces\n",
             preset, tensor_type_name(type), n_ranks, f16 ? " (f16 parts)" : "", worst, flips,
-            g.reduces);
+            shard_group_sums(g));
     CHECK(worst <= (f16 ? tol * scale : tol));
-    CHECK_INT(g.reduces, ==, (long)(N_STEPS + 1) * 2 * m_all->hp.n_layer);
-    for (int r = 0; r < n_ranks; r++) {
-        stage_free(ms[r].s);
-        model_free(ms[r].m);
-        free(ms[r].out);
-        free(ms[r].sum);
-    }
+    CHECK_INT(shard_group_sums(g), ==, (long)(N_STEPS + 1) * 2 * m_all->hp.n_layer);
+    shard_group_free(g);
     free(want); free(got);
     stage_free(s_all);
     model_free(m_all);

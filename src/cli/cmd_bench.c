@@ -16,6 +16,7 @@
 #include "base/mem.h"
 #include "base/os.h"
 #include "base/rng.h"
+#include "infer/shard_group.h"
 #include "infer/stage.h"
 #include "tensor/membw.h"
 #include "tensor/types.h"
@@ -30,7 +31,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: racimo bench -m MODEL [-p 512] [-n 128] [-t N] [--reps 5] [-d DEPTH]\n"
-        "                    [--batch-decode K[,K...]] [--json]\n"
+        "                    [--batch-decode K[,K...]] [--shards N] [--json]\n"
         "\n"
         "  -p N          prompt tokens per prompt-processing run (0 skips)\n"
         "  -n N          tokens per generation run (0 skips)\n"
@@ -42,6 +43,10 @@ static void usage(FILE *f)
         "                also generate -n tokens with K sequences decoding together\n"
         "                (one K-row batch per step, 1 <= K <= 256), for each K listed;\n"
         "                reports aggregate tokens/s\n"
+        "  --shards N    also generate with the model cut in N tensor-parallel shards\n"
+        "                in this process, each with -t threads, summing through memory\n"
+        "                (what N nodes would do over a link without latency): tg and\n"
+        "                each --batch-decode K again\n"
         "  --exact       f32 activations (slow reference path)\n"
         "  --cache-type T  KV cache elements: f32 (default) or f16 (half the memory\n"
         "                and the bytes attention reads; llama.cpp's default)\n"
@@ -173,10 +178,35 @@ static double batch_decode(stage *s, int K, const int32_t *tok, size_t n_tok, in
     return (double)K * n / ((double)(os_now_ns() - a) * 1e-9);
 }
 
+/* n decode steps of K sequences on a shard group from position 0: the
+ * aggregate tokens/s, or a negative value on error. */
+static double shards_decode(shard_group *g, int K, const int32_t *tok, size_t n_tok, int n,
+                            int32_t *posbuf, int32_t *seqbuf, int8_t *want, float *logits)
+{
+    for (int j = 0; j < K; j++)
+        shard_group_truncate(g, j, 0);
+    int32_t *step_tok = posbuf + K;
+    uint64_t a = os_now_ns();
+    for (int k = 0; k < n; k++) {
+        for (int j = 0; j < K; j++) {
+            step_tok[j] = tok[((size_t)k + 7 * (size_t)j) % n_tok];
+            posbuf[j] = k;
+            seqbuf[j] = j;
+            want[j] = 1;
+        }
+        stage_batch b = { .n_rows = K, .token = step_tok, .pos = posbuf, .seq = seqbuf,
+                          .logits = want };
+        if (shard_group_forward(g, &b, logits, NULL))
+            return -1.0;
+    }
+    return (double)K * n / ((double)(os_now_ns() - a) * 1e-9);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
     long p = 512, n = 128, reps = 5, depth = 0, batch = 0, threads = cli_default_threads();
+    long shards = 0;
     int json = 0, exact = 0, rc = 1, n_bd = 0, kv_type = TT_F32;
     long bd[MAX_BATCH_DECODE_LIST], max_k = 1;
     for (int i = 1; i < argc; i++) {
@@ -209,6 +239,7 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "-b")) { num = &batch; lo = 1; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { num = &threads; lo = 1; hi = 512; }
         else if (!strcmp(a, "--reps")) { num = &reps; lo = 1; hi = 1000; }
+        else if (!strcmp(a, "--shards")) { num = &shards; lo = 2; hi = SHARD_GROUP_MAX; }
         if (!num || !has || cli_parse_int(argv[++i], lo, hi, num)) {
             fprintf(stderr, "racimo: bench: unknown, incomplete or invalid option '%s'\n", a);
             usage(stderr);
@@ -309,6 +340,27 @@ int cmd_bench(int argc, char **argv)
                 goto fail;
         bd_spread[i] = summarize(bd_rate, (int)reps);
     }
+    /* the same generation on tensor-parallel shards: tg, then each K */
+    spread sh_spread[MAX_BATCH_DECODE_LIST + 1];
+    int n_sh = 0;
+    if (shards > 1 && n > 0) {
+        stage_params gp = sp;
+        gp.n_ctx = (int)n + 1;
+        shard_group *g = NULL;
+        if (shard_group_new(path, (int)shards, &gp, false, &g))
+            goto fail;
+        for (int i = -1; i < n_bd; i++, n_sh++) {
+            int K = i < 0 ? 1 : (int)bd[i];
+            for (int rep = 0; rep < reps; rep++)
+                if ((bd_rate[rep] = shards_decode(g, K, tok, n_tok, (int)n, posbuf, seqbuf, want,
+                                                  logits)) < 0) {
+                    shard_group_free(g);
+                    goto fail;
+                }
+            sh_spread[n_sh] = summarize(bd_rate, (int)reps);
+        }
+        shard_group_free(g);
+    }
     if (n <= 0)
         n_bd = 0;
     spread pp = summarize(pp_rate, p > 0 ? (int)reps : 0);
@@ -344,6 +396,14 @@ int cmd_bench(int argc, char **argv)
                        bd_spread[i].min, bd_spread[i].max);
             printf("]");
         }
+        if (n_sh) {
+            printf(", \"shards\": %ld, \"shards_decode\": [", shards);
+            for (int i = 0; i < n_sh; i++)
+                printf("%s{\"sequences\": %ld, \"tokens_per_s\": %.3f, \"tokens_per_s_min\": %.3f, "
+                       "\"tokens_per_s_max\": %.3f}", i ? ", " : "", i ? bd[i - 1] : 1L,
+                       sh_spread[i].median, sh_spread[i].min, sh_spread[i].max);
+            printf("]");
+        }
         printf("}\n");
     } else {
         printf("model %s (%.1f MiB, %s, %d layers), %ld threads, depth %ld\n", name,
@@ -358,6 +418,13 @@ int cmd_bench(int argc, char **argv)
             printf("tg%-5ld x%-3ld %9.2f tokens/s  (all sequences; min %.2f, max %.2f; %.2fx tg)\n",
                    n, bd[i], bd_spread[i].median, bd_spread[i].min, bd_spread[i].max,
                    tg.median > 0 ? bd_spread[i].median / tg.median : 0.0);
+        for (int i = 0; i < n_sh; i++) {
+            long K = i ? bd[i - 1] : 1;
+            double one = i ? bd_spread[i - 1].median : tg.median;
+            printf("tg%-5ld x%-3ld %9.2f tokens/s  on %ld shards x %ld threads (min %.2f, max %.2f; "
+                   "%.2fx one stage)\n", n, K, sh_spread[i].median, shards, threads,
+                   sh_spread[i].min, sh_spread[i].max, one > 0 ? sh_spread[i].median / one : 0.0);
+        }
         printf("load %.2f s, peak resident %.1f MiB (KV cache %.1f MiB, %s)\n", load_s,
                rss / 1048576.0, (double)kv_cache_bytes(kv) / 1048576.0,
                kv->type == TT_F16 ? "f16" : "f32");
