@@ -246,6 +246,7 @@ TEST(placement_tensor_parallel)
     CHECK_NEAR(p.stage[1].ms_per_token, half / 40e9 * 1e3, 1e-9);
     /* the slowest shard, 2 exchanges per layer and the gather */
     CHECK_NEAR(p.tokens_per_s, 1000.0 / (half / 30e9 * 1e3 + 65 * PLACEMENT_DEFAULT_HOP_MS), 1e-6);
+    CHECK_INT(p.need_bytes, ==, 2 * (share + kv / 2));   /* the embedding table twice */
     json_t *j = placement_to_json(&p, &fm.ms);
     CHECK_STR(json_string_value(json_object_get(j, "split")), "tensor");
     json_decref(j);

@@ -497,7 +497,13 @@ int placement_make(const model_sizes *ms, const placement_node *nodes, int n_nod
         out->have_bytes += P.avail[i];
     }
     out->need_bytes = total_need(&P);
-    if (!place(&P, out)) {
+    bool placed = place(&P, out);
+    if (placed && out->tensor) {   /* every shard also holds the embedding table */
+        out->need_bytes = 0;
+        for (int s = 0; s < out->n_stages; s++)
+            out->need_bytes += out->stage[s].weight_bytes + out->stage[s].kv_bytes;
+    }
+    if (!placed) {
         out->fits = false;
         out->n_stages = 0;
         out->tokens_per_s = 0;
