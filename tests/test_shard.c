@@ -9,6 +9,7 @@
 #include "base/err.h"
 #include "base/rng.h"
 #include "infer/shard_group.h"
+#include "model/synth.h"
 #include "tensor/types.h"
 
 #include <math.h>
@@ -29,10 +30,9 @@ static int argmax(const float *x, int n)
 
 /* Two sequences: a prompt each (one batch), then N_STEPS greedy decode
  * steps of both in one batch, on the whole model and on n shards. */
-static void check_shards_wire(const char *preset, int type, int precision, int n_ranks,
-                              double tol, bool f16)
+static void check_shards_path(const char *path, const char *preset, int type, int precision,
+                              int n_ranks, double tol, bool f16)
 {
-    const char *path = test_make_model(preset, type, NULL);
     model *m_all;
     stage *s_all;
     test_open_stage(path, 0, -1, precision, 64, 2, 2 * N_PROMPT, 1, &m_all, &s_all);
@@ -115,6 +115,13 @@ static void check_shards_wire(const char *preset, int type, int precision, int n
     model_free(m_all);
 }
 
+static void check_shards_wire(const char *preset, int type, int precision, int n_ranks,
+                              double tol, bool f16)
+{
+    check_shards_path(test_make_model(preset, type, NULL), preset, type, precision, n_ranks, tol,
+                      f16);
+}
+
 static void check_shards(const char *preset, int type, int precision, int n_ranks, double tol)
 {
     check_shards_wire(preset, type, precision, n_ranks, tol, false);
@@ -156,4 +163,25 @@ TEST(shard_f16_parts_stay_close)
 {
     check_shards_wire("tiny", TT_F32, MATMUL_EXACT, 2, 0.005, true);
     check_shards_wire("tiny-qwen3", TT_Q8_0, MATMUL_FAST, 2, 0.005, true);
+}
+
+/* 3 and 4 shards of a model with 4 key/value heads: uneven cuts (1, 1 and
+ * 2 key/value heads for 3 shards; FFN units and vocabulary in thirds). */
+TEST(shard_three_and_four_ways)
+{
+    synth_params p;
+    CHECK_OK(synth_preset("tiny", &p));
+    p.n_head_kv = 4;
+    p.n_ff = 768;
+    char path[600];
+    static const int types[] = { TT_F32, TT_Q8_0 };
+    for (size_t t = 0; t < 2; t++) {
+        p.type = types[t];
+        snprintf(path, sizeof path, "%s/kv4-%d.gguf", test_tmpdir(), p.type);
+        CHECK_OK(synth_write(path, &p));
+        int precision = p.type == TT_F32 ? MATMUL_EXACT : MATMUL_FAST;
+        double tol = p.type == TT_F32 ? 1e-4 : 2e-3;
+        check_shards_path(path, "tiny kv4", p.type, precision, 3, tol, false);
+        check_shards_path(path, "tiny kv4", p.type, precision, 4, tol, false);
+    }
 }
