@@ -148,25 +148,6 @@ typedef struct {
     bool oom;
 } wbuf;
 
-static void wb_put(wbuf *w, const void *d, size_t n)
-{
-    if (w->oom || !n)
-        return;
-    if (w->len + n > w->cap) {
-        size_t cap = w->cap ? w->cap : 4096;
-        while (cap < w->len + n)
-            cap *= 2;
-        uint8_t *np = rc_realloc(w->p, cap);
-        if (!np) {
-            w->oom = true;
-            return;
-        }
-        w->p = np;
-        w->cap = cap;
-    }
-    memcpy(w->p + w->len, d, n);
-    w->len += n;
-}
 /* n more bytes at the end, to be written by the caller; NULL on OOM */
 static uint8_t *wb_grow(wbuf *w, size_t n)
 {
@@ -187,6 +168,13 @@ static uint8_t *wb_grow(wbuf *w, size_t n)
         return NULL;
     w->len += n;
     return w->p + at;
+}
+
+static void wb_put(wbuf *w, const void *d, size_t n)
+{
+    uint8_t *p = n ? wb_grow(w, n) : NULL;
+    if (p)
+        memcpy(p, d, n);
 }
 
 /* Floats to and from the f16 wire (the F16C conversion where the CPU has
