@@ -45,3 +45,12 @@ void test_run_tokens(stage *s, const int32_t *tokens, int n, int seq, int start_
         CHECK_INT(n_out, ==, len);
     }
 }
+
+int test_argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}

@@ -20,4 +20,7 @@ void test_open_stage(const char *path, int first, int last, int precision, int n
 void test_run_tokens(stage *s, const int32_t *tokens, int n, int seq, int start_pos,
                      int chunk, float *logits);
 
+/* Index of the largest of x[0..n) (the first on ties). */
+int test_argmax(const float *x, int n);
+
 #endif

@@ -131,14 +131,6 @@ static void teacher_forced(stage *s, const golden_case *c, int chunk, float *out
     test_run_tokens(s, c->decode, NP, 0, NP, 1, out + (size_t)NP * V);
 }
 
-static int argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
 
 static double top_gap(const float *x, int n)
 {
@@ -156,12 +148,12 @@ static void greedy(stage *s, const golden_case *c, int *ids)
     const int V = stage_model(s)->hp.n_vocab;
     float *row = malloc(sizeof(float) * NP * V);
     test_run_tokens(s, c->prompt, NP, 0, 0, NP, row);
-    int next = argmax(row + (size_t)(NP - 1) * V, V);
+    int next = test_argmax(row + (size_t)(NP - 1) * V, V);
     for (int k = 0; k < NP; k++) {
         ids[k] = next;
         int32_t t = next;
         test_run_tokens(s, &t, 1, 0, NP + k, 1, row);
-        next = argmax(row, V);
+        next = test_argmax(row, V);
     }
     free(row);
 }
@@ -179,7 +171,7 @@ static diff_stats diff(const float *got, const float *ref, int V, double gap_min
             if (e > d.max_abs) d.max_abs = e;
             sq += e * e;
         }
-        if (top_gap(w, V) >= gap_min && argmax(g, V) != argmax(w, V))
+        if (top_gap(w, V) >= gap_min && test_argmax(g, V) != test_argmax(w, V))
             d.bad_argmax++;
     }
     d.rms = sqrt(sq / ((double)ROWS * V));

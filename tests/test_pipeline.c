@@ -182,6 +182,18 @@ static void write_model(const char *path)
     CHECK_OK(synth_write(path, &p));
 }
 
+/* The requests of run_all gave the reference's tokens, to the length
+ * asked, with the reference's seed for the sampled one. */
+static void check_same(const collect *got, const collect *ref)
+{
+    for (int i = 0; i < N_REQ; i++) {
+        CHECK_INT(got[i].n, ==, ref[i].n);
+        CHECK(!memcmp(got[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)));
+        CHECK_INT(got[i].res.finish, ==, GEN_LENGTH);
+        CHECK(got[i].res.seed == ref[i].res.seed || i != 1);
+    }
+}
+
 /* Two linked nodes, each with the model m4 in its folder (A's path in pa),
  * and the reference: the whole model's tokens for run_all in one engine. */
 static void two_nodes(node *a, node *b, const char *name_a, const char *name_b, char *pa,
@@ -248,12 +260,7 @@ TEST_T(pipeline_two_nodes_same_tokens, 120)
     engine *e = pipeline_engine(&a, &head, "m4", cluster_self_id(b.c), cluster_self_id(a.c), 1,
                                 true);
     run_all(e, got, 20);
-    for (int i = 0; i < N_REQ; i++) {
-        CHECK_INT(got[i].n, ==, ref[i].n);
-        CHECK(!memcmp(got[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)));
-        CHECK_INT(got[i].res.finish, ==, GEN_LENGTH);
-        CHECK(got[i].res.seed == ref[i].res.seed || i != 1);
-    }
+    check_same(got, ref);
     /* prefix reuse through the pipeline: the same requests again */
     run_all(e, got, 20);
     for (int i = 0; i < N_REQ; i++)
@@ -314,11 +321,7 @@ TEST_T(pipeline_tensor_parallel_same_tokens, 120)
     engine *e = pipeline_engine(&a, &head, "m4", cluster_self_id(b.c), cluster_self_id(a.c), 0,
                                 true);
     run_all(e, got, 20);
-    for (int i = 0; i < N_REQ; i++) {
-        CHECK_INT(got[i].n, ==, ref[i].n);
-        CHECK(!memcmp(got[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)));
-        CHECK_INT(got[i].res.finish, ==, GEN_LENGTH);
-    }
+    check_same(got, ref);
     run_all(e, got, 20);                       /* prefix reuse on both shards */
     for (int i = 0; i < N_REQ; i++)
         CHECK(!memcmp(got[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)));

@@ -19,14 +19,6 @@
 #define N_PROMPT 12
 #define N_STEPS 6
 
-static int argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
 
 /* Two sequences: a prompt each (one batch), then N_STEPS greedy decode
  * steps of both in one batch, on the whole model and on n shards. */
@@ -91,13 +83,13 @@ static void check_shards_path(const char *path, const char *preset, int type, in
                     scale = fabs(w[t]);
             }
             if (!f16)
-                CHECK_INT(argmax(x, V), ==, argmax(w, V));
-            else if (argmax(x, V) != argmax(w, V))
+                CHECK_INT(test_argmax(x, V), ==, test_argmax(w, V));
+            else if (test_argmax(x, V) != test_argmax(w, V))
                 flips++;
         }
         /* Next step: each sequence's greedy token at its next position. */
-        int32_t next[2] = { argmax(want + (size_t)(n - 1 - (n > 2 ? N_PROMPT : 1)) * V, V),
-                            argmax(want + (size_t)(n - 1) * V, V) };
+        int32_t next[2] = { test_argmax(want + (size_t)(n - 1 - (n > 2 ? N_PROMPT : 1)) * V, V),
+                            test_argmax(want + (size_t)(n - 1) * V, V) };
         int32_t at[2] = { pos[b.n_rows / 2 - 1] + 1, pos[b.n_rows - 1] + 1 };
         tok[0] = next[0]; tok[1] = next[1];
         pos[0] = at[0]; pos[1] = at[1];
