@@ -1,12 +1,14 @@
 /* test_cluster.c - live clusters in one process over loopback: the state
  * directory, linking, gossip, the view, large messages, refusals (wrong key,
- * other protocol version), hostile frames from a hand-driven peer,
+ * other protocol version), hostile frames from a hand-driven peer, data
+ * channels,
  * heartbeat timeouts and rejoining after a restart.  Timings are shortened
  * (100 ms heartbeats, down after 600 ms); waits poll with generous limits. */
 #include "test.h"
 
 #include "base/err.h"
 #include "base/os.h"
+#include "cluster/channel.h"
 #include "cluster/cluster.h"
 #include "cluster/wire.h"
 
@@ -476,6 +478,186 @@ TEST_T(cluster_rejects_hostile_frames, 90)
     wait_state(a, fid_hex, "up", 3000);
     close(f.fd);
     wait_state(a, fid_hex, "down", 3000);
+    cluster_free(a);
+}
+
+/* ---- data channels ---- */
+
+static pthread_mutex_t chan_mu = PTHREAD_MUTEX_INITIALIZER;
+static cluster_chan *chan_got;
+static char chan_first[64], chan_from[33];
+static bool chan_refuse;
+
+static int on_chan(void *ud, const char *from, int type, const uint8_t *data, size_t len,
+                   cluster_chan *ch)
+{
+    (void)ud;
+    if (chan_refuse || type != 0x46 || len >= sizeof chan_first)
+        return rc_fail(RC_EINVAL, "not this one");
+    int rc = cluster_channel_confirm(ch);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&chan_mu);
+    memcpy(chan_first, data, len);
+    chan_first[len] = 0;
+    snprintf(chan_from, sizeof chan_from, "%s", from);
+    chan_got = ch;
+    pthread_mutex_unlock(&chan_mu);
+    return 0;
+}
+
+static cluster_chan *chan_wait(int ms)
+{
+    for (int t = 0; t < ms / 10; t++) {
+        pthread_mutex_lock(&chan_mu);
+        cluster_chan *ch = chan_got;
+        chan_got = NULL;
+        pthread_mutex_unlock(&chan_mu);
+        if (ch)
+            return ch;
+        usleep(10000);
+    }
+    return NULL;
+}
+
+#define BIG ((3u << 20) + 5)
+
+typedef struct {
+    cluster_chan *ch;
+    uint8_t *out;
+    uint8_t hash[32];
+    size_t in_len;
+    int rc;
+} side;
+
+/* Both sides send BIG bytes at once and read the other's: neither may
+ * wait for the other to read first. */
+static void *exchange_side(void *arg)
+{
+    side *s = arg;
+    chan_io io = { .ch = s->ch, .out_type = 0x45, .out = s->out, .out_len = BIG, .want_in = true };
+    s->rc = chan_exchange(&io, 1, 10000, NULL, NULL);
+    if (!s->rc) {
+        crypto_generichash(s->hash, 32, io.in, io.in_len, NULL, 0);
+        s->in_len = io.in_len;
+    }
+    return NULL;
+}
+
+static bool abort_now(void *ud, char *why, size_t cap)
+{
+    (void)ud;
+    snprintf(why, cap, "told to stop");
+    return true;
+}
+
+TEST_T(cluster_data_channel, 60)
+{
+    struct cluster *a = start_node("a", NULL, NULL, 0);
+    cluster_set_channel_handler(a, on_chan, NULL);
+    char aa[64];
+    addr_of(a, aa, sizeof aa);
+    struct cluster *b = start_node("b", cluster_join_token(a), aa, 0);
+    wait_state(b, cluster_self_id(a), "up", 5000);
+
+    /* b dials a; a's handler gets the first message and the channel */
+    cluster_chan *cb = NULL;
+    CHECK_OK(cluster_channel_open(b, cluster_self_id(a), 0x46, "bind me", 7, 3000, &cb));
+    cluster_chan *ca = chan_wait(3000);
+    CHECK(ca != NULL);
+    CHECK_STR(chan_first, "bind me");
+    CHECK_STR(chan_from, cluster_self_id(b));
+    CHECK_STR(state_of(a, cluster_self_id(b)), "up");   /* the cluster link stays */
+
+    /* both send 3 MiB at the same moment */
+    side sa = { .ch = ca, .out = malloc(BIG) }, sb = { .ch = cb, .out = malloc(BIG) };
+    uint8_t want_a[32], want_b[32];
+    for (size_t i = 0; i < BIG; i++) {
+        sa.out[i] = (uint8_t)(i * 2654435761u >> 11);
+        sb.out[i] = (uint8_t)(i * 40503u >> 5);
+    }
+    crypto_generichash(want_a, 32, sa.out, BIG, NULL, 0);
+    crypto_generichash(want_b, 32, sb.out, BIG, NULL, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, exchange_side, &sa);
+    exchange_side(&sb);
+    pthread_join(th, NULL);
+    CHECK_OK(sa.rc);
+    CHECK_OK(sb.rc);
+    CHECK_INT(sa.in_len, ==, BIG);
+    CHECK_INT(sb.in_len, ==, BIG);
+    CHECK(!memcmp(sa.hash, want_b, 32));
+    CHECK(!memcmp(sb.hash, want_a, 32));
+    CHECK(chan_bytes_out(cb) > BIG);
+    free(sa.out);
+    free(sb.out);
+
+    /* messages keep their order, an empty one included */
+    for (int i = 0; i < 5; i++) {
+        char m[16];
+        int len = snprintf(m, sizeof m, "m%d", i);
+        CHECK_OK(chan_send(cb, 0x45, m, i == 2 ? 0 : (size_t)len, 1000));
+    }
+    for (int i = 0; i < 5; i++) {
+        int type;
+        const uint8_t *d;
+        size_t n;
+        char m[16];
+        int len = snprintf(m, sizeof m, "m%d", i);
+        CHECK_OK(chan_recv(ca, &type, &d, &n, 1000));
+        CHECK_INT(type, ==, 0x45);
+        CHECK_INT(n, ==, i == 2 ? 0 : (size_t)len);
+        CHECK(!memcmp(d, m, n));
+    }
+
+    /* a wait the caller gives up: the reason comes back within a slice */
+    chan_io io = { .ch = ca, .want_in = true };
+    uint64_t t0 = os_now_ns();
+    CHECK_INT(chan_exchange(&io, 1, 5000, abort_now, NULL), ==, RC_EIO);
+    CHECK(strstr(rc_errmsg(), "told to stop") != NULL);
+    CHECK(os_now_ns() - t0 < 2000000000ull);
+    /* a timeout */
+    CHECK_INT(chan_recv(ca, &io.in_type, &io.in, &io.in_len, 150), ==, RC_EIO);
+    CHECK(strstr(rc_errmsg(), "within 150 ms") != NULL);
+
+    /* b closes its end: a's next read fails at once, naming b */
+    chan_free(cb);
+    t0 = os_now_ns();
+    CHECK_INT(chan_recv(ca, &io.in_type, &io.in, &io.in_len, 5000), ==, RC_EIO);
+    CHECK(strstr(rc_errmsg(), cluster_self_id(b)) == NULL);   /* short id */
+    char sid[9];
+    snprintf(sid, sizeof sid, "%.8s", cluster_self_id(b));
+    CHECK(strstr(rc_errmsg(), sid) != NULL);
+    CHECK(os_now_ns() - t0 < 2000000000ull);
+    chan_free(ca);
+
+    /* refused by the handler; an unknown node; a node without a handler */
+    chan_refuse = true;
+    CHECK(cluster_channel_open(b, cluster_self_id(a), 0x46, "x", 1, 3000, &cb) < 0);
+    chan_refuse = false;
+    CHECK_INT(cluster_channel_open(b, "00000000000000000000000000000000", 0x46, "x", 1, 1000, &cb),
+              ==, RC_ENOTFOUND);
+    CHECK(cluster_channel_open(a, cluster_self_id(b), 0x46, "x", 1, 3000, &cb) < 0);
+
+    /* by hand: a channel whose first message is a control type is closed;
+     * one that names the wrong node is not opened; a node of protocol
+     * 1.0 gets no channel */
+    uint8_t key[32], ida[16], fid[16] = { 0xca, 0xfe };
+    CHECK_OK(wire_token_decode(cluster_join_token(a), key, NULL, 0));
+    wire_unhex(cluster_self_id(a), ida, 16);
+    CHECK_OK(chan_dial("127.0.0.1", cluster_port(a), key, fid, 1, 1, ida, 3000, &cb));
+    CHECK_OK(chan_send(cb, WIRE_PING, "0123456789abcdef", 16, 1000));
+    CHECK_INT(chan_recv(cb, &io.in_type, &io.in, &io.in_len, 3000), ==, RC_EIO);
+    chan_free(cb);
+    CHECK_INT(chan_dial("127.0.0.1", cluster_port(a), key, fid, 1, 1, fid, 3000, &cb), ==, RC_EINVAL);
+    struct cluster *o = start_node("o", cluster_join_token(a), aa, 1);
+    wait_state(a, cluster_self_id(o), "up", 5000);
+    CHECK_INT(cluster_channel_open(a, cluster_self_id(o), 0x46, "x", 1, 3000, &cb), ==,
+              RC_EUNSUPPORTED);
+    CHECK(strstr(rc_errmsg(), "1.0") != NULL);
+    CHECK_STR(state_of(a, cluster_self_id(o)), "up");
+    cluster_free(o);
+    cluster_free(b);
     cluster_free(a);
 }
 

@@ -329,6 +329,11 @@ TEST_T(pipeline_tensor_parallel_same_tokens, 120)
     CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(st, "instances"), 0),
                                                 "split")), "tensor");
     json_decref(st);
+    /* the parts went on a data channel between the two shards */
+    st = pipeline_status(a.p);
+    CHECK_INT(json_integer_value(json_object_get(json_array_get(json_object_get(st, "stages"), 0),
+                                                 "channels")), ==, 1);
+    json_decref(st);
     engine_free(e);
 
     /* f16 parts: runs, same lengths */
@@ -349,6 +354,7 @@ TEST_T(pipeline_tensor_parallel_same_tokens, 120)
     run_all(e, got, 4);
     for (int i = 0; i < N_REQ; i++)
         CHECK_INT(got[i].res.finish, ==, GEN_LENGTH);
+    /* a part on the cluster link for a pair that uses a channel: dropped */
     st = pipeline_status(a.p);
     uint32_t inst = (uint32_t)json_integer_value(
         json_object_get(json_array_get(json_object_get(st, "instances"), 0), "instance"));
@@ -360,6 +366,28 @@ TEST_T(pipeline_tensor_parallel_same_tokens, 120)
     CHECK_OK(cluster_send(b.c, cluster_self_id(a.c), 0x45, part, sizeof part));
     usleep(100000);
     run_all(e, got, 4);
+    for (int i = 0; i < N_REQ; i++)
+        CHECK_INT(got[i].res.finish, ==, GEN_LENGTH);
+    engine_free(e);
+
+    /* without data channels (RACIMO_DATA_CHANNELS=0 on the dialling shard)
+     * the parts go through the cluster link: the same tokens */
+    setenv("RACIMO_DATA_CHANNELS", "0", 1);
+    e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 0, true);
+    run_all(e, got, 20);
+    check_same(got, ref);
+    st = pipeline_status(a.p);
+    CHECK_INT(json_integer_value(json_object_get(json_array_get(json_object_get(st, "stages"), 0),
+                                                 "channels")), ==, 0);
+    inst = (uint32_t)json_integer_value(
+        json_object_get(json_array_get(json_object_get(st, "instances"), 0), "instance"));
+    json_decref(st);
+    hdr[0] = inst;
+    memcpy(part + 16, hdr, sizeof hdr);
+    CHECK_OK(cluster_send(b.c, cluster_self_id(a.c), 0x45, part, sizeof part));
+    usleep(100000);
+    run_all(e, got, 4);
+    unsetenv("RACIMO_DATA_CHANNELS");
     CHECK_INT(got[0].res.finish, ==, GEN_ERROR);
     CHECK(strstr(got[0].res.error, "shard 1") != NULL);
     CHECK(strstr(got[0].res.error, "part 0 ") != NULL);

@@ -16,6 +16,7 @@
  * rule.  Links in the view are each node's own measures, shared in STATE.
  */
 #include "cluster/cluster_internal.h"
+#include "cluster/channel.h"
 
 #include "base/err.h"
 #include "base/log.h"
@@ -31,6 +32,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/thread.h>
@@ -967,6 +970,91 @@ void cluster_set_down_handler(struct cluster *c, cluster_down_fn fn, void *ud)
 {
     c->on_down = fn;
     c->on_down_ud = ud;
+}
+
+void cluster_set_channel_handler(struct cluster *c, cluster_chan_fn fn, void *ud)
+{
+    c->on_chan = fn;
+    c->on_chan_ud = ud;
+}
+
+/* A data channel's first message came: the socket and its session leave
+ * the loop for the handler, and the connection ends without a BYE. */
+void cl__on_channel(struct cluster *c, cl_conn *k, const wire_msg *m)
+{
+    char from[2 * WIRE_ID_BYTES + 1];
+    wire_hex(k->ws.peer_id, WIRE_ID_BYTES, from);
+    struct evbuffer *in = bufferevent_get_input(k->bev);
+    size_t left = evbuffer_get_length(in);
+    int fd = m->type >= 0x40 && m->type < 0x80 && c->on_chan
+             ? dup(bufferevent_getfd(k->bev)) : -1;
+    cluster_chan *ch = fd >= 0 ? chan_new(fd, &k->ws, evbuffer_pullup(in, (ev_ssize_t)left),
+                                          left, from) : NULL;
+    /* copy the message: closing the connection frees its buffers */
+    uint8_t *first = ch ? rc_malloc(m->len ? m->len : 1) : NULL;
+    if (first)
+        memcpy(first, m->data, m->len);
+    int type = m->type;
+    size_t len = m->len;
+    cl__conn_close(k, NULL);
+    if (!first || c->on_chan(c->on_chan_ud, from, type, first, len, ch) != 0) {
+        if (ch)
+            rc_log(LOG_DEBUG, "cluster: refused a data channel from node %.8s: %s", from,
+                   first ? rc_errmsg() : "out of memory");
+        else
+            rc_log(LOG_INFO, "cluster: a data channel from node %.8s opened with a message of "
+                   "type 0x%02x, which nothing here takes", from, type);
+        chan_free(ch);
+    }
+    rc_free(first);
+}
+
+int cluster_channel_confirm(cluster_chan *ch)
+{
+    return chan_send(ch, WIRE_CHAN_OK, NULL, 0, 2000);
+}
+
+int cluster_channel_open(struct cluster *c, const char *node_id, int type, const void *first,
+                         size_t len, int timeout_ms, cluster_chan **out)
+{
+    uint8_t id[WIRE_ID_BYTES];
+    if (strlen(node_id) != 2 * WIRE_ID_BYTES || wire_unhex(node_id, id, WIRE_ID_BYTES))
+        return rc_fail(RC_EINVAL, "bad node id '%s'", node_id);
+    addr_list addrs = { 0 };
+    int port = 0;
+    pthread_mutex_lock(&c->mu);
+    cl_node *n = cl__node_find(c, id);
+    if (n) {
+        addrs = n->addrs;
+        port = n->cluster_port;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!n || !addrs.n_addrs || !port)
+        return rc_fail(RC_ENOTFOUND, "no address known for node %.8s", node_id);
+    int rc = 0;
+    for (int i = 0; i < addrs.n_addrs; i++) {
+        cluster_chan *ch = NULL;
+        rc = chan_dial(addrs.addrs[i], port, c->key, c->nodes[0]->id, c->major, c->minor, id,
+                       timeout_ms, &ch);
+        if (rc == RC_EUNSUPPORTED)
+            return rc;
+        if (rc)
+            continue;
+        int t;
+        const uint8_t *d;
+        size_t n_ok;
+        rc = chan_send(ch, type, first, len, timeout_ms);
+        if (!rc && !(rc = chan_recv(ch, &t, &d, &n_ok, timeout_ms)) && t != WIRE_CHAN_OK)
+            rc = rc_fail(RC_EFORMAT, "node %.8s answered a data channel with a message of type "
+                         "0x%02x", node_id, t);
+        if (!rc) {
+            *out = ch;
+            return 0;
+        }
+        chan_free(ch);
+        return rc;
+    }
+    return rc;
 }
 
 void cl__dispatch(struct cluster *c, const char *from_id, int type, const uint8_t *data,

@@ -120,6 +120,24 @@ int cluster_add_handler(struct cluster *c, int type_lo, int type_hi, cluster_msg
 typedef void (*cluster_down_fn)(void *ud, const char *node_id);
 void cluster_set_down_handler(struct cluster *c, cluster_down_fn fn, void *ud);
 
+/* Data channels (channel.h): a second connection to a node, for one thread
+ * on each side to exchange messages without the cluster thread.
+ *
+ * cluster_channel_open dials the node's cluster port from the calling
+ * thread (blocking, within timeout_ms), sends `first` as the channel's first
+ * message (a data-plane type) and waits until the other side takes it.
+ * There the cluster thread calls the channel handler with that message and
+ * the channel: the handler returns 0 having taken the channel (and
+ * confirmed it with cluster_channel_confirm before any other thread uses
+ * it), or an error to refuse it (the channel is then closed). */
+typedef struct cluster_chan cluster_chan;
+typedef int (*cluster_chan_fn)(void *ud, const char *from_id, int type, const uint8_t *data,
+                               size_t len, cluster_chan *ch);
+void cluster_set_channel_handler(struct cluster *c, cluster_chan_fn fn, void *ud);
+int cluster_channel_open(struct cluster *c, const char *node_id, int type, const void *first,
+                         size_t len, int timeout_ms, cluster_chan **out);
+int cluster_channel_confirm(cluster_chan *ch);
+
 /* Queues a message of any size up to WIRE_MSG_MAX for a peer (sent in
  * frames of at most 1 MiB); returns 0, RC_ENOTFOUND when the node has no
  * open link, RC_ELIMIT, RC_ENOMEM.  Any thread. */

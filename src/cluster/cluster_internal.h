@@ -59,7 +59,9 @@ typedef struct cl_node {
     double rtt_ms, bw_mbps;                   /* our measure of the link to it (0: none) */
 } cl_node;
 
-enum { PH_HELLO, PH_AUTH, PH_OPEN, PH_DEAD };
+/* PH_CHAN: an authenticated data channel waiting for its first message,
+ * which hands the socket to the channel handler (cl__on_channel) */
+enum { PH_HELLO, PH_AUTH, PH_OPEN, PH_CHAN, PH_DEAD };
 
 typedef struct cl_tx {                        /* a bulk message being sent in frames */
     struct cl_tx *next;
@@ -168,6 +170,8 @@ struct cluster {
     int n_handlers;
     cluster_down_fn on_down;
     void *on_down_ud;
+    cluster_chan_fn on_chan;
+    void *on_chan_ud;
 };
 
 /* now - t, or 0 when t is later (stamps taken after `now` was read) */
@@ -182,6 +186,7 @@ void cl__node_add_addr(struct cluster *c, cl_node *n, const char *addr);
 void cl__on_established(struct cluster *c, cl_conn *k);
 void cl__on_state(struct cluster *c, cl_conn *k, const uint8_t *data, size_t len);
 void cl__on_closed(struct cluster *c, cl_conn *k);
+void cl__on_channel(struct cluster *c, cl_conn *k, const wire_msg *m);
 void cl__on_found(struct cluster *c, const uint8_t id[WIRE_ID_BYTES], const char *addr, int port);
 json_t *cl__self_state(struct cluster *c);
 void cl__schedule_reap(struct cluster *c);

@@ -303,6 +303,16 @@ static void on_read(struct bufferevent *bev, void *arg)
                 cl__conn_close(k, NULL);
                 return;
             }
+            if (k->ws.peer_channel) {
+                /* only a listener takes channels; its handshake timer
+                 * still runs until the first message comes */
+                if (k->role != WIRE_LISTENER) {
+                    fail(k, LOG_WARN, "the node answered with a data channel's HELLO");
+                    return;
+                }
+                k->phase = PH_CHAN;
+                continue;
+            }
             k->phase = PH_OPEN;
             k->last_rx_ns = k->last_ping_ns = now;
             k->next_probe_ns = now + 1000 * MS;
@@ -334,6 +344,10 @@ static void on_read(struct bufferevent *bev, void *arg)
             int a = wire_asm_add(&k->as, &f, &m);
             if (a < 0) {
                 fail(k, LOG_WARN, rc_errmsg());
+                return;
+            }
+            if (a == 1 && k->phase == PH_CHAN) {
+                cl__on_channel(c, k, &m);
                 return;
             }
             if (a == 1)

@@ -29,6 +29,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/os.h"
+#include "channel.h"
 #include "infer/stage.h"
 #include "model/model.h"
 #include "tensor/fp16.h"
@@ -39,6 +40,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -49,7 +51,11 @@ enum {
     PIPE_RESULT = 0x43,   /* last stage (or a failing stage) -> head */
     PIPE_STOP   = 0x44,   /* head -> stage: u32 instance */
     PIPE_PARTIAL = 0x45,  /* shard -> shard: a part of a sum, or of the logits */
+    PIPE_BIND   = 0x46,   /* shard -> shard: opens a data channel, or says there is none */
 };
+#define BIND_LEN (WIRE_ID_BYTES + 4 * 4)
+enum { BIND_CHANNEL = 0, BIND_NONE = 1 };
+#define CHANNEL_DIAL_MS 5000
 enum { PART_SUM = 0, PART_LOGITS = 1 };
 #define PARTIAL_HDR (WIRE_ID_BYTES + 4 * 4 + 8)
 #define PARTIAL_WAIT_MS 60000     /* a shard's peer this late is taken as lost */
@@ -98,7 +104,11 @@ typedef struct stage_inst {
     char peer_why[160];
     float *parts;             /* [n_ranks][n_batch][n_embd] the others' parts */
     uint8_t *pbuf;
-    size_t pcap;
+    size_t plen, pcap;
+    /* parts to and from shard q travel on chan[q] (channel.h) when set;
+     * through the cluster link when chan_none[q] (or q runs on this node) */
+    cluster_chan *chan[PIPELINE_MAX_STAGES];
+    bool chan_none[PIPELINE_MAX_STAGES];
 } stage_inst;
 
 typedef struct {
@@ -138,7 +148,18 @@ struct pipeline {
     head_exec *execs;
     uint32_t next_inst;
     _Atomic uint64_t bytes_out, msgs_out;
+    struct pend_chan *pend;   /* channels (or their refusals) for shards not set up yet */
 };
+
+/* A PIPE_BIND that came before the set-up of the shard it is for. */
+typedef struct pend_chan {
+    struct pend_chan *next;
+    char from[33], head[33];
+    uint32_t inst;
+    int from_rank, to_rank;
+    cluster_chan *ch;         /* NULL: the sender has no channel for this pair */
+    uint64_t t_ns;
+} pend_chan;
 
 /* ---- encoding ---- */
 
@@ -285,13 +306,41 @@ static void get_start(rbuf *r, wire_start *ws)
 }
 
 static int send_to(pipeline *p, const char *to, int type, const void *d, size_t n);
+static void pend_adopt_locked(pipeline *p, stage_inst *si);
 
 /* ---- tensor-parallel shards: the exchange of parts ---- */
 
-/* Sends part `seq` (n_rows x width floats at x, columns from col0 of the
- * whole) to shard `to`, or to every other shard (to < 0). */
-static int shard_send(stage_inst *si, int to, int kind, uint64_t seq, int enc, const float *x,
-                      int n_rows, int width, int col0)
+/* Between poll slices of a channel exchange: a stop or a peer's node going
+ * down ends the wait (a dead process closes its channel at once; a dead
+ * machine only shows in the cluster's heartbeats). */
+static bool shard_abort(void *ud, char *why, size_t cap)
+{
+    stage_inst *si = ud;
+    pthread_mutex_lock(&si->p->mu);
+    bool give_up = si->stop || si->peer_down;
+    if (give_up)
+        snprintf(why, cap, "%s", si->stop ? "the shard was stopped" : si->peer_why);
+    pthread_mutex_unlock(&si->p->mu);
+    return give_up;
+}
+
+static int shard_exchange(stage_inst *si, chan_io *io, int n)
+{
+    uint64_t t0 = os_now_ns();
+    for (int i = 0; i < n; i++)
+        if (io[i].out) {
+            atomic_fetch_add(&si->p->bytes_out, io[i].out_len);
+            atomic_fetch_add(&si->p->msgs_out, 1);
+        }
+    int rc = chan_exchange(io, n, PARTIAL_WAIT_MS, shard_abort, si);
+    si->wait_ns += os_now_ns() - t0;
+    return rc;
+}
+
+/* Encodes part `seq` (n_rows x width floats at x, columns from col0 of the
+ * whole) into si->pbuf / si->plen. */
+static int shard_pack(stage_inst *si, int kind, uint64_t seq, int enc, const float *x, int n_rows,
+                      int width, int col0)
 {
     wbuf w = { .p = si->pbuf, .cap = si->pcap };
     wb_put(&w, si->head_raw, WIRE_ID_BYTES);
@@ -313,18 +362,66 @@ static int shard_send(stage_inst *si, int to, int kind, uint64_t seq, int enc, c
     }
     si->pbuf = w.p;
     si->pcap = w.cap;
-    if (w.oom)
-        return rc_fail(RC_ENOMEM, "out of memory for a shard's part");
-    for (int q = 0; q < si->n_ranks; q++)
-        if (q != si->rank && (to < 0 || q == to) &&
-            send_to(si->p, si->peers[q], PIPE_PARTIAL, w.p, w.len))
+    si->plen = w.len;
+    return w.oom ? rc_fail(RC_ENOMEM, "out of memory for a shard's part") : 0;
+}
+
+/* Sends the packed part to shard `to`, or to every other shard (to < 0),
+ * over the cluster link where there is no channel to it; with `channels`
+ * also on the channels (to receive nothing back: the logits). */
+static int shard_send(stage_inst *si, int to, bool channels)
+{
+    pipeline *p = si->p;
+    chan_io io[PIPELINE_MAX_STAGES];
+    int nio = 0;
+    for (int q = 0; q < si->n_ranks; q++) {
+        if (q == si->rank || (to >= 0 && q != to))
+            continue;
+        if (si->chan[q]) {
+            if (channels)
+                io[nio++] = (chan_io){ .ch = si->chan[q], .out_type = PIPE_PARTIAL,
+                                       .out = si->pbuf, .out_len = si->plen };
+        } else if (send_to(p, si->peers[q], PIPE_PARTIAL, si->pbuf, si->plen)) {
             return rc_fail(RC_EIO, "cannot reach shard %d's node %.8s", q, si->peers[q]);
+        }
+    }
+    return nio ? shard_exchange(si, io, nio) : 0;
+}
+
+/* Checks that a message from shard q is part `seq` of kind `kind` with
+ * n_rows rows and decodes it into dst (width floats per row, or at its
+ * col0 within rows of ld floats for logits). */
+static int shard_decode(stage_inst *si, int q, int kind, uint64_t seq, int n_rows, int width,
+                        float *dst, int ld, const uint8_t *data, size_t len)
+{
+    rbuf r = { .p = data, .len = len };
+    rb_get(&r, WIRE_ID_BYTES + 8);
+    uint32_t k = rb_u32(&r), enc = rb_u32(&r);
+    uint64_t s = rb_u64(&r);
+    uint32_t rows = rb_u32(&r), cols = rb_u32(&r), col0 = rb_u32(&r);
+    size_t esz = enc == ENC_F16 ? 2 : enc == ENC_F32 ? 4 : 0;
+    if (r.bad || k != (uint32_t)kind || s != seq || rows != (uint32_t)n_rows || !esz ||
+        (kind == PART_SUM ? cols != (uint32_t)width || col0 != 0
+                          : (uint64_t)col0 + cols > (uint64_t)ld) ||
+        len - r.off != (size_t)rows * cols * esz)
+        return rc_fail(RC_EFORMAT, "shard %d (node %.8s) sent part %llu of kind %u with %u x %u "
+                       "values where part %llu of kind %d with %d rows was due", q, si->peers[q],
+                       (unsigned long long)s, k, rows, cols, (unsigned long long)seq, kind, n_rows);
+    const uint8_t *d = data + r.off;
+    int stride = kind == PART_SUM ? width : ld;
+    for (uint32_t i = 0; i < rows; i++) {
+        float *o = dst + (size_t)i * (size_t)stride + (kind == PART_SUM ? 0 : col0);
+        const uint8_t *src = d + (size_t)i * cols * esz;
+        if (esz == 4)
+            memcpy(o, src, (size_t)cols * 4);
+        else
+            from_f16(src, o, cols);
+    }
     return 0;
 }
 
-/* Waits for the next part from shard q and checks that it is part `seq`
- * of kind `kind` with n_rows rows; decodes it into dst (width floats per
- * row, or at its col0 within rows of ld floats for logits). */
+/* Waits for the next part from shard q through the cluster link and
+ * decodes it (shard_decode). */
 static int shard_take(stage_inst *si, int q, int kind, uint64_t seq, int n_rows, int width,
                       float *dst, int ld)
 {
@@ -352,32 +449,7 @@ static int shard_take(stage_inst *si, int q, int kind, uint64_t seq, int n_rows,
     pthread_mutex_unlock(&p->mu);
     if (!m)
         return rc_fail(RC_EIO, "shard %d (node %.8s): %s", q, si->peers[q], why);
-    rbuf r = { .p = m->data, .len = m->len };
-    rb_get(&r, WIRE_ID_BYTES + 8);
-    uint32_t k = rb_u32(&r), enc = rb_u32(&r);
-    uint64_t s = rb_u64(&r);
-    uint32_t rows = rb_u32(&r), cols = rb_u32(&r), col0 = rb_u32(&r);
-    size_t esz = enc == ENC_F16 ? 2 : enc == ENC_F32 ? 4 : 0;
-    int rc = 0;
-    if (r.bad || k != (uint32_t)kind || s != seq || rows != (uint32_t)n_rows || !esz ||
-        (kind == PART_SUM ? cols != (uint32_t)width || col0 != 0
-                          : (uint64_t)col0 + cols > (uint64_t)ld) ||
-        m->len - r.off != (size_t)rows * cols * esz) {
-        rc = rc_fail(RC_EFORMAT, "shard %d (node %.8s) sent part %llu of kind %u with %u x %u "
-                     "values where part %llu of kind %d with %d rows was due", q, si->peers[q],
-                     (unsigned long long)s, k, rows, cols, (unsigned long long)seq, kind, n_rows);
-    } else {
-        const uint8_t *d = m->data + r.off;
-        int stride = kind == PART_SUM ? width : ld;
-        for (uint32_t i = 0; i < rows; i++) {
-            float *o = dst + (size_t)i * (size_t)stride + (kind == PART_SUM ? 0 : col0);
-            const uint8_t *src = d + (size_t)i * cols * esz;
-            if (esz == 4)
-                memcpy(o, src, (size_t)cols * 4);
-            else
-                from_f16(src, o, cols);
-        }
-    }
+    int rc = shard_decode(si, q, kind, seq, n_rows, width, dst, ld, m->data, m->len);
     rc_free(m);
     return rc;
 }
@@ -398,11 +470,27 @@ static int shard_reduce(void *ud, float *x, int n_rows, int width)
         to_f16(x, tmp, n);
         from_f16(tmp, x, n);
     }
-    int rc = shard_send(si, -1, PART_SUM, seq, enc, x, n_rows, width, 0);
+    int rc = shard_pack(si, PART_SUM, seq, enc, x, n_rows, width, 0);
+    if (!rc)
+        rc = shard_send(si, -1, false);
+    /* the channels' parts go out and come in together; then the others' */
+    chan_io io[PIPELINE_MAX_STAGES];
+    int nio = 0, from[PIPELINE_MAX_STAGES];
+    for (int q = 0; q < si->n_ranks; q++)
+        if (q != si->rank && si->chan[q]) {
+            io[nio] = (chan_io){ .ch = si->chan[q], .out_type = PIPE_PARTIAL, .out = si->pbuf,
+                                 .out_len = si->plen, .want_in = true };
+            from[nio++] = q;
+        }
+    if (!rc && nio && (rc = shard_exchange(si, io, nio)))
+        rc = rc_fail(RC_EIO, "shard %d of %d: %s", si->rank, si->n_ranks, rc_errmsg());
+    for (int i = 0; i < nio && !rc; i++)
+        rc = shard_decode(si, from[i], PART_SUM, seq, n_rows, width,
+                          si->parts + (size_t)from[i] * slot, 0, io[i].in, io[i].in_len);
     const float *src[PIPELINE_MAX_STAGES];
     for (int q = 0; q < si->n_ranks && !rc; q++) {
         src[q] = q == si->rank ? x : si->parts + (size_t)q * slot;
-        if (q != si->rank)
+        if (q != si->rank && !si->chan[q])
             rc = shard_take(si, q, PART_SUM, seq, n_rows, width, si->parts + (size_t)q * slot, 0);
     }
     if (rc)
@@ -433,15 +521,26 @@ static int shard_gather(stage_inst *si, int n_rows)
         for (int i = 0; i < n_rows; i++)
             memmove(packed + (size_t)i * sh->n_vocab, si->out + (size_t)i * V + sh->vocab0,
                     (size_t)sh->n_vocab * sizeof(float));
-        return shard_send(si, 0, PART_LOGITS, seq, ENC_F32, packed, n_rows, sh->n_vocab,
-                          sh->vocab0);
+        int rc = shard_pack(si, PART_LOGITS, seq, ENC_F32, packed, n_rows, sh->n_vocab,
+                            sh->vocab0);
+        return rc ? rc : shard_send(si, 0, true);
     }
-    for (int q = 1; q < si->n_ranks; q++) {
-        int rc = shard_take(si, q, PART_LOGITS, seq, n_rows, 0, si->out, V);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    chan_io io[PIPELINE_MAX_STAGES];
+    int nio = 0, from[PIPELINE_MAX_STAGES], rc = 0;
+    for (int q = 1; q < si->n_ranks; q++)
+        if (si->chan[q]) {
+            io[nio] = (chan_io){ .ch = si->chan[q], .want_in = true };
+            from[nio++] = q;
+        }
+    if (nio && (rc = shard_exchange(si, io, nio)))
+        return rc_fail(RC_EIO, "shard 0 of %d: %s", si->n_ranks, rc_errmsg());
+    for (int i = 0; i < nio && !rc; i++)
+        rc = shard_decode(si, from[i], PART_LOGITS, seq, n_rows, 0, si->out, V, io[i].in,
+                          io[i].in_len);
+    for (int q = 1; q < si->n_ranks && !rc; q++)
+        if (!si->chan[q])
+            rc = shard_take(si, q, PART_LOGITS, seq, n_rows, 0, si->out, V);
+    return rc;
 }
 
 /* ---- the stage side ---- */
@@ -522,6 +621,53 @@ static int stage_load(stage_inst *si)
     if (last && si->rank == 0 && (rc = sample_set_new(si->n_seq, hp->n_vocab, &si->ss)))
         return rc;
     return 0;
+}
+
+/* The data channels of a shard, before it says it is ready: shard r dials
+ * every shard q > r on another node (the dialler decides: when it cannot
+ * open one, or RACIMO_DATA_CHANNELS=0, it says so through the cluster link
+ * and both sides send that pair's parts there) and waits until every
+ * shard q < r has opened one or said it would not. */
+static int shard_link(stage_inst *si)
+{
+    pipeline *p = si->p;
+    const char *env = getenv("RACIMO_DATA_CHANNELS");
+    bool want = !(env && !strcmp(env, "0"));
+    uint8_t bind[BIND_LEN];
+    memcpy(bind, si->head_raw, WIRE_ID_BYTES);
+    memcpy(bind + WIRE_ID_BYTES, &si->inst, 4);
+    for (int q = si->rank + 1; q < si->n_ranks; q++) {
+        if (!strcmp(si->peers[q], p->self))
+            continue;
+        uint32_t f[3] = { (uint32_t)si->rank, (uint32_t)q, BIND_CHANNEL };
+        memcpy(bind + WIRE_ID_BYTES + 4, f, sizeof f);
+        cluster_chan *ch = NULL;
+        int rc = want ? cluster_channel_open(p->c, si->peers[q], PIPE_BIND, bind, sizeof bind,
+                                             CHANNEL_DIAL_MS, &ch)
+                      : rc_fail(RC_EUNSUPPORTED, "RACIMO_DATA_CHANNELS=0");
+        if (rc) {
+            rc_log(LOG_WARN, "pipeline: no data channel from shard %d to shard %d (node %.8s): "
+                   "%s; their parts go through the cluster link", si->rank, q, si->peers[q],
+                   rc_errmsg());
+            f[2] = BIND_NONE;
+            memcpy(bind + WIRE_ID_BYTES + 4, f, sizeof f);
+            if (send_to(p, si->peers[q], PIPE_BIND, bind, sizeof bind))
+                return rc_fail(RC_EIO, "cannot reach shard %d's node %.8s", q, si->peers[q]);
+            continue;
+        }
+        pthread_mutex_lock(&p->mu);
+        si->chan[q] = ch;
+        pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_lock(&p->mu);
+    for (int q = 0; q < si->rank; q++)
+        while (strcmp(si->peers[q], p->self) && !si->chan[q] && !si->chan_none[q] &&
+               !si->stop && !si->peer_down)
+            pthread_cond_wait(&si->cv, &p->mu);
+    int rc = si->stop ? rc_fail(RC_ESTATE, "stopped while linking the shards")
+           : si->peer_down ? rc_fail(RC_EIO, "%s", si->peer_why) : 0;
+    pthread_mutex_unlock(&p->mu);
+    return rc;
 }
 
 /* Runs one batch message: starts, forward pass, then either the next
@@ -718,6 +864,14 @@ static void stage_inst_release(stage_inst *si)
     rc_free(si->wbuf);
     rc_free(si->parts);
     rc_free(si->pbuf);
+    /* the cluster thread may be handing a channel over right now */
+    cluster_chan *ch[PIPELINE_MAX_STAGES];
+    pthread_mutex_lock(&si->p->mu);
+    memcpy(ch, si->chan, sizeof ch);
+    memset(si->chan, 0, sizeof si->chan);
+    pthread_mutex_unlock(&si->p->mu);
+    for (int q = 0; q < PIPELINE_MAX_STAGES; q++)
+        chan_free(ch[q]);
     si->parts = NULL;
     si->pbuf = NULL;
     si->ss = NULL;
@@ -742,6 +896,8 @@ static void *stage_thread(void *arg)
     pipeline *p = si->p;
     uint64_t t0 = os_now_ns();
     int rc = stage_load(si);
+    if (!rc && si->n_ranks > 1)
+        rc = shard_link(si);
     if (rc) {
         char why[256];
         snprintf(why, sizeof why, "%s", rc_errmsg());
@@ -910,6 +1066,7 @@ static void on_setup(pipeline *p, const char *from, const uint8_t *data, size_t 
     }
     si->next = p->stages;
     p->stages = si;
+    pend_adopt_locked(p, si);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -983,7 +1140,7 @@ static void on_partial(pipeline *p, const char *from, const uint8_t *data, size_
     stage_inst *si = addressee_locked(p, data, head, &inst);
     int q = -1;
     for (int k = 0; si && k < si->n_ranks; k++)
-        if (k != si->rank && !strcmp(si->peers[k], from))
+        if (k != si->rank && !strcmp(si->peers[k], from) && !si->chan[k])
             q = k;
     if (q >= 0 && m)
         enqueue_locked(si, &si->pq_head[q], &si->pq_tail[q], m, data, len);
@@ -991,8 +1148,141 @@ static void on_partial(pipeline *p, const char *from, const uint8_t *data, size_
     if (q < 0 || !m) {
         rc_free(m);
         rc_log(LOG_WARN, "pipeline: a shard's part from %.8s for instance %u of %.8s, which "
-               "this node does not share with it", from, inst, head);
+               "this node does not share with it (or takes on a data channel)", from, inst, head);
     }
+}
+
+/* ---- data channels between shards ---- */
+
+/* Gives shard si the channel (or the refusal, ch NULL) from shard
+ * from_rank; false when si does not expect one from that node (mu held). */
+static bool bind_locked(stage_inst *si, const char *from, int from_rank, int to_rank,
+                        cluster_chan *ch)
+{
+    if (from_rank < 0 || from_rank >= si->rank || to_rank != si->rank ||
+        strcmp(si->peers[from_rank], from) || si->chan[from_rank] || si->chan_none[from_rank])
+        return false;
+    si->chan[from_rank] = ch;
+    si->chan_none[from_rank] = !ch;
+    pthread_cond_signal(&si->cv);
+    return true;
+}
+
+/* Reads a PIPE_BIND; -1 when malformed. */
+static int bind_parse(const uint8_t *data, size_t len, char head[33], uint32_t *inst,
+                      int *from_rank, int *to_rank, uint32_t *flag)
+{
+    if (len != BIND_LEN)
+        return -1;
+    uint32_t f[3];
+    wire_hex(data, WIRE_ID_BYTES, head);
+    memcpy(inst, data + WIRE_ID_BYTES, 4);
+    memcpy(f, data + WIRE_ID_BYTES + 4, sizeof f);
+    if (f[0] >= PIPELINE_MAX_STAGES || f[1] >= PIPELINE_MAX_STAGES || f[2] > BIND_NONE)
+        return -1;
+    *from_rank = (int)f[0];
+    *to_rank = (int)f[1];
+    *flag = f[2];
+    return 0;
+}
+
+/* Channels (or refusals) for shards whose set-up has not come yet wait
+ * here a while; older ones are dropped (mu held). */
+static void pend_add_locked(pipeline *p, const char *from, const char *head, uint32_t inst,
+                            int from_rank, int to_rank, cluster_chan *ch)
+{
+    uint64_t now = os_now_ns();
+    for (pend_chan **pp = &p->pend; *pp;) {
+        pend_chan *e = *pp;
+        if (now - e->t_ns > (uint64_t)PARTIAL_WAIT_MS * 1000000u) {
+            *pp = e->next;
+            chan_free(e->ch);
+            rc_free(e);
+        } else {
+            pp = &e->next;
+        }
+    }
+    pend_chan *e = rc_calloc(1, sizeof *e);
+    if (!e) {
+        chan_free(ch);
+        return;
+    }
+    snprintf(e->from, sizeof e->from, "%s", from);
+    snprintf(e->head, sizeof e->head, "%s", head);
+    e->inst = inst;
+    e->from_rank = from_rank;
+    e->to_rank = to_rank;
+    e->ch = ch;
+    e->t_ns = now;
+    e->next = p->pend;
+    p->pend = e;
+}
+
+/* A new shard takes what came for it before its set-up (mu held). */
+static void pend_adopt_locked(pipeline *p, stage_inst *si)
+{
+    for (pend_chan **pp = &p->pend; *pp;) {
+        pend_chan *e = *pp;
+        if (e->inst == si->inst && !strcmp(e->head, si->head)) {
+            *pp = e->next;
+            if (!bind_locked(si, e->from, e->from_rank, e->to_rank, e->ch))
+                chan_free(e->ch);
+            rc_free(e);
+        } else {
+            pp = &e->next;
+        }
+    }
+}
+
+/* The cluster thread hands over a data channel whose first message is a
+ * PIPE_BIND: the shard it names takes it (now or at its set-up). */
+static int on_channel(void *ud, const char *from, int type, const uint8_t *data, size_t len,
+                      cluster_chan *ch)
+{
+    pipeline *p = ud;
+    char head[33];
+    uint32_t inst, flag;
+    int from_rank, to_rank;
+    if (type != PIPE_BIND || bind_parse(data, len, head, &inst, &from_rank, &to_rank, &flag) ||
+        flag != BIND_CHANNEL)
+        return rc_fail(RC_EFORMAT, "a data channel opened with a malformed message");
+    /* confirmed before any shard's thread can see it */
+    int rc = cluster_channel_confirm(ch);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&p->mu);
+    stage_inst *si = p->closed ? NULL : find_stage_locked(p, head, inst);
+    bool ok = true;
+    if (si)
+        ok = si->n_ranks > 1 && bind_locked(si, from, from_rank, to_rank, ch);
+    else if (!p->closed)
+        pend_add_locked(p, from, head, inst, from_rank, to_rank, ch);
+    else
+        ok = false;
+    pthread_mutex_unlock(&p->mu);
+    if (!ok)
+        return rc_fail(RC_EINVAL, "a data channel for shard %d of instance %u of %.8s, which "
+                       "does not expect one from node %.8s", to_rank, inst, head, from);
+    return 0;
+}
+
+/* A shard that opens no channel to this one says so on the cluster link. */
+static void on_bind(pipeline *p, const char *from, const uint8_t *data, size_t len)
+{
+    char head[33];
+    uint32_t inst, flag;
+    int from_rank, to_rank;
+    if (bind_parse(data, len, head, &inst, &from_rank, &to_rank, &flag) || flag != BIND_NONE) {
+        rc_log(LOG_WARN, "pipeline: a malformed shard binding from %.8s", from);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    stage_inst *si = find_stage_locked(p, head, inst);
+    if (si)
+        bind_locked(si, from, from_rank, to_rank, NULL);
+    else
+        pend_add_locked(p, from, head, inst, from_rank, to_rank, NULL);
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* ---- the head side ---- */
@@ -1376,6 +1666,7 @@ static void on_msg(void *ud, const char *from, int type, const uint8_t *data, si
     case PIPE_RESULT: on_result(p, from, data, len); break;
     case PIPE_STOP:   on_stop(p, from, data, len); break;
     case PIPE_PARTIAL: on_partial(p, from, data, len); break;
+    case PIPE_BIND:   on_bind(p, from, data, len); break;
     default:
         rc_log(LOG_DEBUG, "pipeline: unknown message type 0x%02x from %.8s", type, from);
     }
@@ -1449,6 +1740,7 @@ int pipeline_new(struct cluster *c, int n_threads, pipeline **out)
         return rc;
     }
     cluster_set_down_handler(c, on_down, p);
+    cluster_set_channel_handler(c, on_channel, p);
     *out = p;
     return 0;
 }
@@ -1484,6 +1776,12 @@ void pipeline_free(pipeline *p)
     if (!p)
         return;
     pipeline_stop(p);
+    while (p->pend) {
+        pend_chan *e = p->pend;
+        p->pend = e->next;
+        chan_free(e->ch);
+        rc_free(e);
+    }
     pthread_mutex_destroy(&p->mu);
     rc_free(p);
 }
@@ -1514,14 +1812,18 @@ json_t *pipeline_status(pipeline *p)
                                                h->spec.tensor ? "tensor" : "layers"));
     }
     for (stage_inst *si = p->stages; si; si = si->next)
-        if (!si->done)
-            json_array_append_new(stages, json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:b, s:I}",
-                                                    "head", si->head, "instance",
+        if (!si->done) {
+            int n_chan = 0;
+            for (int q = 0; q < si->n_ranks; q++)
+                n_chan += si->chan[q] != NULL;
+            json_array_append_new(stages, json_pack("{s:s, s:I, s:s, s:i, s:i, s:i, s:b, s:I, "
+                                                    "s:i}", "head", si->head, "instance",
                                                     (json_int_t)si->inst, "model",
                                                     si->model_name, "index", si->index, "first",
                                                     si->first, "last", si->last, "loaded",
                                                     si->st != NULL, "batches",
-                                                    (json_int_t)si->batches));
+                                                    (json_int_t)si->batches, "channels", n_chan));
+        }
     pthread_mutex_unlock(&p->mu);
     return json_pack("{s:o, s:o}", "instances", heads, "stages", stages);
 }

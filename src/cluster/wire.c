@@ -5,7 +5,8 @@
  *    4  u16 major        protocol version
  *    6  u16 minor
  *    8  u8  role         0 dialer, 1 listener
- *    9  3 bytes          reserved, sent as 0, ignored
+ *    9  u8  purpose      0 the cluster link, 1 a data channel (from 1.1)
+ *   10  2 bytes          reserved, sent as 0, ignored
  *   12  16 bytes         node id
  *   28  32 bytes         random nonce
  *   60  32 bytes         ephemeral X25519 public key (crypto_kx)
@@ -216,6 +217,7 @@ int wire_on_hello(wire_session *s, const uint8_t hello[WIRE_HELLO_BYTES],
                        s->peer_major, s->peer_minor, s->major, s->minor);
     if (hello[8] > 1 || hello[8] == s->role)
         return rc_fail(RC_EFORMAT, "the peer's HELLO claims the wrong role");
+    s->peer_channel = hello[9] == 1;
     memcpy(s->hello_peer, hello, WIRE_HELLO_BYTES);
     uint8_t rx[32], tx[32];
     const uint8_t *peer_pk = hello + 60;
@@ -250,6 +252,12 @@ int wire_on_auth(wire_session *s, const uint8_t auth[WIRE_AUTH_BYTES])
         return rc_fail(RC_EINVAL, "the peer's stream header is invalid");
     s->established = true;
     return 0;
+}
+
+void wire_session_mark_channel(wire_session *s, uint8_t hello_out[WIRE_HELLO_BYTES])
+{
+    s->hello_self[9] = 1;
+    memcpy(hello_out, s->hello_self, WIRE_HELLO_BYTES);
 }
 
 void wire_session_wipe(wire_session *s)

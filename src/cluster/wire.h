@@ -35,7 +35,7 @@
 #include <sodium.h>
 
 #define WIRE_PROTO_MAJOR 1
-#define WIRE_PROTO_MINOR 0
+#define WIRE_PROTO_MINOR 1
 
 #define WIRE_KEY_BYTES   32
 #define WIRE_ID_BYTES    16
@@ -66,6 +66,7 @@ enum wire_type {
     WIRE_PROBE     = 0x04,    /* u64 probe id, then filler (bandwidth probe) */
     WIRE_PROBE_ACK = 0x05,    /* u64 probe id, u64 bytes received */
     WIRE_BYE       = 0x06,    /* UTF-8 reason; the last record (secretstream FINAL) */
+    WIRE_CHAN_OK   = 0x07,    /* empty: a data channel's first message was taken */
 };
 enum { WIRE_F_MORE = 0x01 };
 
@@ -104,6 +105,7 @@ typedef struct {
     /* from the peer's HELLO: */
     int peer_major, peer_minor;
     uint8_t peer_id[WIRE_ID_BYTES];
+    bool peer_channel;                         /* the peer's HELLO opens a data channel */
     /* after AUTH: */
     crypto_secretstream_xchacha20poly1305_state tx, rx;
     bool established, rx_final, tx_final;
@@ -125,6 +127,13 @@ int wire_on_hello(wire_session *s, const uint8_t hello[WIRE_HELLO_BYTES],
 /* Verifies the peer's AUTH.  0 (the session is established) or RC_EINVAL:
  * the peer does not hold the cluster key (or the bytes were altered). */
 int wire_on_auth(wire_session *s, const uint8_t auth[WIRE_AUTH_BYTES]);
+
+/* Marks this side's HELLO (not yet sent) as opening a data channel rather
+ * than the cluster link: a second authenticated connection that carries
+ * one kind of traffic between two threads (docs/cluster-protocol.md §11).
+ * The mark is inside both HELLOs, so the keys and tags cover it.  Rewrites
+ * hello_out. */
+void wire_session_mark_channel(wire_session *s, uint8_t hello_out[WIRE_HELLO_BYTES]);
 
 /* Wipes the keys. */
 void wire_session_wipe(wire_session *s);
