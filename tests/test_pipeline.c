@@ -94,12 +94,17 @@ static void on_done(gen_request *r, const gen_result *res)
 static const int32_t prompts[N_REQ][6] = { { 1, 5, 9, 13 }, { 2, 7, 7, 30, 31, 4 }, { 3, 100 } };
 static const int n_prompt[N_REQ] = { 4, 6, 2 };
 
-/* Runs N_REQ requests at once; request 1 samples with penalties and a bias. */
+/* Runs N_REQ requests at once: request 0 greedy, request 1 samples from
+ * the top 3 with penalties, a ban and a bias (the ban in the lower half of
+ * the vocabulary, and a bias that makes 6 ids of the upper half the likely
+ * ones, so that the penalties of what they generate decide between them:
+ * shard 1 ranks them with its copy of the sampler), request 2 greedy with
+ * log-probs. */
 static void run_all(engine *e, collect *out, int max_tokens)
 {
     gen_request rq[N_REQ];
-    int32_t bias_id = 17;
-    float bias = -1000;
+    int32_t bias_id[7] = { 17, 300, 301, 302, 303, 304, 305 };
+    float bias[7] = { -1000, 8, 8, 8, 8, 8, 8 };
     memset(rq, 0, sizeof rq);
     for (int i = 0; i < N_REQ; i++) {
         memset(&out[i], 0, sizeof out[i]);
@@ -107,11 +112,12 @@ static void run_all(engine *e, collect *out, int max_tokens)
         if (i == 1) {
             rq[i].sampling.temperature = 0.9f;
             rq[i].sampling.seed = 42;
-            rq[i].sampling.frequency_penalty = 0.5f;
+            rq[i].sampling.top_k = 3;
+            rq[i].sampling.frequency_penalty = 1.5f;
             rq[i].sampling.repeat_penalty = 1.2f;
-            rq[i].sampling.bias_ids = &bias_id;
-            rq[i].sampling.bias_values = &bias;
-            rq[i].sampling.n_bias = 1;
+            rq[i].sampling.bias_ids = bias_id;
+            rq[i].sampling.bias_values = bias;
+            rq[i].sampling.n_bias = 7;
         } else {
             rq[i].sampling.temperature = 0;
         }

@@ -13,6 +13,9 @@
 #include "infer/sampler.h"
 #include "infer/stop.h"
 
+#include <float.h>
+#include <stdbool.h>
+
 /* ---- helpers --------------------------------------------------------- */
 
 /* Temperature 1, no truncation, no penalties: the plain softmax. */
@@ -1044,4 +1047,84 @@ TEST(sampler_stop_alloc_failure)
     CHECK_INT(feed(m, rest, 1, out, sizeof out), ==, 1);
     CHECK_STR(out, "");
     stop_free(m);
+}
+
+/* A tensor-parallel shard holding the upper part of the vocabulary sends
+ * only its k best (sampler_best over its part after sampler_prepare) with
+ * their raw logits: the draw from the rebuilt row (the lower part, those k,
+ * the rest -INFINITY) is the draw from the whole row, greedy or top-k,
+ * with bias, bans and penalties on both parts, with ties (logits on a grid
+ * of 0.05), NaN and infinities. */
+TEST(sampler_best_rebuilds_the_draw)
+{
+    enum { V = 1000, HALF = 500 };
+    static float row[V], prep[V], rebuilt[V];
+    rng_state rg;
+    rng_seed(&rg, 5);
+    for (int trial = 0; trial < 300; trial++) {
+        sampler_params p;
+        sampler_params_default(&p);
+        p.temperature = trial % 4 == 0 ? 0.0f : 0.5f + (float)(trial % 3) * 0.5f;
+        p.top_k = 1 + trial % 9;
+        p.top_p = trial % 2 ? 0.9f : 1.0f;
+        p.min_p = trial % 5 == 0 ? 0.1f : 0.0f;
+        p.repeat_penalty = 1.3f;
+        p.frequency_penalty = 0.7f;
+        p.presence_penalty = 0.2f;
+        p.seed = 100 + (uint64_t)trial;
+        int32_t bid[3] = { 3, 600, (int32_t)(HALF + rng_next(&rg) % HALF) };
+        float bv[3] = { -1000.0f, 2.5f, 1.0f };
+        p.bias_ids = bid;
+        p.bias_values = bv;
+        p.n_bias = 3;
+        sampler *whole, *parts;
+        CHECK_OK(sampler_new(&p, V, &whole));
+        CHECK_OK(sampler_new(&p, V, &parts));
+        int32_t prompt[12];
+        for (int i = 0; i < 12; i++)
+            prompt[i] = (int32_t)(rng_next(&rg) % V);
+        sampler_accept_prompt(whole, prompt, 12);
+        sampler_accept_prompt(parts, prompt, 12);
+        for (int j = 0; j < 8; j++) {
+            int32_t t = (int32_t)(rng_next(&rg) % V);
+            sampler_accept(whole, t);
+            sampler_accept(parts, t);
+        }
+        for (int i = 0; i < V; i++)
+            row[i] = (float)(int)(rng_next(&rg) % 400) * 0.05f - 10.0f;
+        row[HALF + 7] = -INFINITY;
+        row[HALF + 9] = NAN;
+        if (trial % 7 == 0)
+            row[HALF + 11] = INFINITY;
+        memcpy(prep, row, sizeof row);
+        sampler_prepare(parts, prep);
+        sampler_cand heap[16];
+        int32_t ids[16];
+        int k = p.temperature > 0 ? p.top_k : 1;
+        int m = sampler_best(prep, HALF, V - HALF, k, heap, ids);
+        CHECK_INT(m, ==, k);
+        for (int j = 0; j < m; j++) {
+            CHECK(ids[j] >= HALF && ids[j] < V);
+            if (j + 1 < m)
+                CHECK(prep[ids[j]] > prep[ids[j + 1]] ||
+                      (prep[ids[j]] == prep[ids[j + 1]] && ids[j] < ids[j + 1]));
+        }
+        /* nothing left out ranks above the last one kept */
+        for (int i = HALF; i < V; i++) {
+            bool kept = false;
+            for (int j = 0; j < m; j++)
+                kept = kept || ids[j] == i;
+            float l = prep[i] > FLT_MAX ? FLT_MAX : prep[i], last = prep[ids[m - 1]];
+            last = last > FLT_MAX ? FLT_MAX : last;
+            if (!kept && prep[i] > -INFINITY)
+                CHECK(l < last || (l == last && i > ids[m - 1]));
+        }
+        for (int i = 0; i < V; i++)
+            rebuilt[i] = i < HALF ? row[i] : -INFINITY;
+        for (int j = 0; j < m; j++)
+            rebuilt[ids[j]] = row[ids[j]];
+        CHECK_INT(sampler_sample(parts, rebuilt), ==, sampler_sample(whole, row));
+        sampler_free(whole);
+        sampler_free(parts);
+    }
 }

@@ -37,6 +37,7 @@
 #include "weights.h"
 #include "wire.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -56,7 +57,9 @@ enum {
 #define BIND_LEN (WIRE_ID_BYTES + 4 * 4)
 enum { BIND_CHANNEL = 0, BIND_NONE = 1 };
 #define CHANNEL_DIAL_MS 5000
-enum { PART_SUM = 0, PART_LOGITS = 1 };
+enum { PART_SUM = 0, PART_LOGITS = 1, PART_CANDS = 2 };
+#define CANDS_DENSE 0xffffffffu   /* a PART_CANDS row sent whole */
+#define CANDS_MAX 1024            /* top_k above this: the row is sent whole */
 #define PARTIAL_HDR (WIRE_ID_BYTES + 4 * 4 + 8)
 #define PARTIAL_WAIT_MS 60000     /* a shard's peer this late is taken as lost */
 enum { ENC_NONE = 0, ENC_F16 = 1, ENC_F32 = 2 };
@@ -109,6 +112,12 @@ typedef struct stage_inst {
      * through the cluster link when chan_none[q] (or q runs on this node) */
     cluster_chan *chan[PIPELINE_MAX_STAGES];
     bool chan_none[PIPELINE_MAX_STAGES];
+    /* shards 1..: copies of shard 0's samplers; a slot sampled in the last
+     * batch takes its token from its next row */
+    bool *unseen;             /* [n_seq] */
+    float *raw;               /* [shard's n_vocab] logits before bias and penalties */
+    sampler_cand *heap;       /* [CANDS_MAX] */
+    int32_t *best;            /* [CANDS_MAX] */
 } stage_inst;
 
 typedef struct {
@@ -339,19 +348,25 @@ static int shard_exchange(stage_inst *si, chan_io *io, int n)
 
 /* Encodes part `seq` (n_rows x width floats at x, columns from col0 of the
  * whole) into si->pbuf / si->plen. */
+static void part_header(wbuf *w, const stage_inst *si, int kind, uint64_t seq, int enc,
+                        int n_rows, int width, int col0)
+{
+    wb_put(w, si->head_raw, WIRE_ID_BYTES);
+    wb_u32(w, si->inst);
+    wb_u32(w, (uint32_t)si->rank);
+    wb_u32(w, (uint32_t)kind);
+    wb_u32(w, (uint32_t)enc);
+    wb_put(w, &seq, 8);
+    wb_u32(w, (uint32_t)n_rows);
+    wb_u32(w, (uint32_t)width);
+    wb_u32(w, (uint32_t)col0);
+}
+
 static int shard_pack(stage_inst *si, int kind, uint64_t seq, int enc, const float *x, int n_rows,
                       int width, int col0)
 {
     wbuf w = { .p = si->pbuf, .cap = si->pcap };
-    wb_put(&w, si->head_raw, WIRE_ID_BYTES);
-    wb_u32(&w, si->inst);
-    wb_u32(&w, (uint32_t)si->rank);
-    wb_u32(&w, (uint32_t)kind);
-    wb_u32(&w, (uint32_t)enc);
-    wb_put(&w, &seq, 8);
-    wb_u32(&w, (uint32_t)n_rows);
-    wb_u32(&w, (uint32_t)width);
-    wb_u32(&w, (uint32_t)col0);
+    part_header(&w, si, kind, seq, enc, n_rows, width, col0);
     const size_t n = (size_t)n_rows * (size_t)width;
     if (enc == ENC_F32) {
         wb_put(&w, x, n * sizeof(float));
@@ -388,6 +403,42 @@ static int shard_send(stage_inst *si, int to, bool channels)
     return nio ? shard_exchange(si, io, nio) : 0;
 }
 
+/* The rows of a PART_CANDS from shard q, each whole or as (column, raw
+ * logit) pairs, into rows of ld floats at dst (the sender's first column);
+ * the columns a row does not list are -INFINITY, never drawn. */
+static int cands_decode(stage_inst *si, int q, rbuf *r, uint32_t rows, uint32_t cols, float *dst,
+                        int ld)
+{
+    for (uint32_t i = 0; i < rows && !r->bad; i++) {
+        float *o = dst + (size_t)i * (size_t)ld;
+        uint32_t m = rb_u32(r);
+        if (m == CANDS_DENSE) {
+            const void *d = rb_get(r, (size_t)cols * 4);
+            if (d)
+                memcpy(o, d, (size_t)cols * 4);
+            continue;
+        }
+        if (m > cols) {
+            r->bad = true;
+            break;
+        }
+        for (uint32_t c = 0; c < cols; c++)
+            o[c] = -INFINITY;
+        for (uint32_t j = 0; j < m && !r->bad; j++) {
+            uint32_t col = rb_u32(r);
+            float v = rb_f32(r);
+            if (col >= cols)
+                r->bad = true;
+            else
+                o[col] = v;
+        }
+    }
+    if (r->bad || r->off != r->len)
+        return rc_fail(RC_EFORMAT, "shard %d (node %.8s) sent a malformed list of logits", q,
+                       si->peers[q]);
+    return 0;
+}
+
 /* Checks that a message from shard q is part `seq` of kind `kind` with
  * n_rows rows and decodes it into dst (width floats per row, or at its
  * col0 within rows of ld floats for logits). */
@@ -400,6 +451,9 @@ static int shard_decode(stage_inst *si, int q, int kind, uint64_t seq, int n_row
     uint64_t s = rb_u64(&r);
     uint32_t rows = rb_u32(&r), cols = rb_u32(&r), col0 = rb_u32(&r);
     size_t esz = enc == ENC_F16 ? 2 : enc == ENC_F32 ? 4 : 0;
+    if (kind == PART_CANDS && !r.bad && k == (uint32_t)kind && s == seq &&
+        rows == (uint32_t)n_rows && enc == ENC_F32 && (uint64_t)col0 + cols <= (uint64_t)ld)
+        return cands_decode(si, q, &r, rows, cols, dst + col0, ld);
     if (r.bad || k != (uint32_t)kind || s != seq || rows != (uint32_t)n_rows || !esz ||
         (kind == PART_SUM ? cols != (uint32_t)width || col0 != 0
                           : (uint64_t)col0 + cols > (uint64_t)ld) ||
@@ -506,9 +560,44 @@ static int shard_reduce(void *ud, float *x, int n_rows, int width)
     return 0;
 }
 
-/* After the forward pass: shards 1.. send their columns of the n_rows
- * rows of logits to shard 0, which puts them in place. */
-static int shard_gather(stage_inst *si, int n_rows)
+/* Shard 1..'s entry for one row of logits (`row`: n_vocab wide, its
+ * columns at vocab0): the whole of its columns, or, where shard 0's sampler
+ * can only draw from the top k (greedy: k = 1; top_k; no log-probabilities
+ * asked, which need every logit), its k best columns by the values the
+ * sampler ranks (biased and penalised: this shard keeps copies of the
+ * samplers), best first, ties to the lower id as in the sampler, with their
+ * raw logits: shard 0 biases and penalises them itself, and the tokens it
+ * does not get could not have been drawn. */
+static void cands_row(stage_inst *si, int slot, float *row, wbuf *w)
+{
+    const model_shard *sh = &si->m->shard;
+    const int n = sh->n_vocab;
+    float *mine = row + sh->vocab0;
+    int n_lp = 0;
+    const sampler *smp = si->ss ? sample_set_get(si->ss, slot, &n_lp) : NULL;
+    const sampler_params *sp = smp ? sampler_get_params(smp) : NULL;
+    int k = !sp || n_lp > 0 ? 0 : !(sp->temperature > 0.0f) ? 1
+          : sp->top_k > 0 && sp->top_k <= CANDS_MAX ? sp->top_k : 0;
+    if (k == 0 || k >= n) {
+        wb_u32(w, CANDS_DENSE);
+        wb_put(w, mine, (size_t)n * 4);
+        return;
+    }
+    memcpy(si->raw, mine, (size_t)n * 4);
+    sampler_prepare(smp, row);
+    int m = sampler_best(row, sh->vocab0, n, k, si->heap, si->best);
+    wb_u32(w, (uint32_t)m);
+    for (int j = 0; j < m; j++) {
+        wb_u32(w, (uint32_t)(si->best[j] - sh->vocab0));
+        wb_f32(w, si->raw[si->best[j] - sh->vocab0]);
+    }
+}
+
+/* After the forward pass: shards 1.. send their part of the n_rows rows
+ * of logits (the rows that sample, in order; rs/rw: the batch's slots and
+ * sample flags) to shard 0, which puts them in place. */
+static int shard_gather(stage_inst *si, int n_rows, const int32_t *rs, const int8_t *rw,
+                        int n_batch_rows)
 {
     if (n_rows == 0)
         return 0;
@@ -516,14 +605,21 @@ static int shard_gather(stage_inst *si, int n_rows)
     const model_shard *sh = &si->m->shard;
     const int V = si->m->hp.n_vocab;
     if (si->rank > 0) {
-        /* the rows are V apart in out; send them packed */
-        float *packed = si->out;
-        for (int i = 0; i < n_rows; i++)
-            memmove(packed + (size_t)i * sh->n_vocab, si->out + (size_t)i * V + sh->vocab0,
-                    (size_t)sh->n_vocab * sizeof(float));
-        int rc = shard_pack(si, PART_LOGITS, seq, ENC_F32, packed, n_rows, sh->n_vocab,
-                            sh->vocab0);
-        return rc ? rc : shard_send(si, 0, true);
+        wbuf w = { .p = si->pbuf, .cap = si->pcap };
+        part_header(&w, si, PART_CANDS, seq, ENC_F32, n_rows, sh->n_vocab, sh->vocab0);
+        int k = 0;
+        for (int i = 0; i < n_batch_rows && k < n_rows; i++)
+            if (rw[i]) {
+                cands_row(si, rs[i], si->out + (size_t)k * V, &w);
+                si->unseen[rs[i]] = true;
+                k++;
+            }
+        si->pbuf = w.p;
+        si->pcap = w.cap;
+        si->plen = w.len;
+        if (w.oom)
+            return rc_fail(RC_ENOMEM, "out of memory for a shard's logits");
+        return shard_send(si, 0, true);
     }
     chan_io io[PIPELINE_MAX_STAGES];
     int nio = 0, from[PIPELINE_MAX_STAGES], rc = 0;
@@ -535,11 +631,11 @@ static int shard_gather(stage_inst *si, int n_rows)
     if (nio && (rc = shard_exchange(si, io, nio)))
         return rc_fail(RC_EIO, "shard 0 of %d: %s", si->n_ranks, rc_errmsg());
     for (int i = 0; i < nio && !rc; i++)
-        rc = shard_decode(si, from[i], PART_LOGITS, seq, n_rows, 0, si->out, V, io[i].in,
+        rc = shard_decode(si, from[i], PART_CANDS, seq, n_rows, 0, si->out, V, io[i].in,
                           io[i].in_len);
     for (int q = 1; q < si->n_ranks && !rc; q++)
         if (!si->chan[q])
-            rc = shard_take(si, q, PART_LOGITS, seq, n_rows, 0, si->out, V);
+            rc = shard_take(si, q, PART_CANDS, seq, n_rows, 0, si->out, V);
     return rc;
 }
 
@@ -618,8 +714,19 @@ static int stage_load(stage_inst *si)
         return rc_fail(RC_ENOMEM, "out of memory for the stage's buffers");
     if (si->n_ranks > 1 && !(si->parts = rc_malloc((size_t)si->n_ranks * B * E * sizeof(float))))
         return rc_fail(RC_ENOMEM, "out of memory for the shard's sums");
-    if (last && si->rank == 0 && (rc = sample_set_new(si->n_seq, hp->n_vocab, &si->ss)))
+    if (last && (rc = sample_set_new(si->n_seq, hp->n_vocab, &si->ss)))
         return rc;
+    if (si->n_ranks > 1 && si->rank > 0) {
+        si->unseen = rc_calloc((size_t)si->n_seq, sizeof *si->unseen);
+        si->raw = rc_malloc(((size_t)si->m->shard.n_vocab + 1) * sizeof(float));
+        si->heap = rc_malloc(CANDS_MAX * sizeof *si->heap);
+        si->best = rc_malloc(CANDS_MAX * sizeof *si->best);
+        if (!si->unseen || !si->raw || !si->heap || !si->best)
+            return rc_fail(RC_ENOMEM, "out of memory for the shard's samplers");
+        /* the samplers' bias and penalties touch other shards' columns of
+         * a row too: let them read numbers */
+        memset(si->out, 0, (size_t)si->n_seq * (size_t)hp->n_vocab * sizeof(float));
+    }
     return 0;
 }
 
@@ -703,6 +810,8 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
             return;
         }
         stage_seq_truncate(si->st, s->seq, s->keep);
+        if (si->unseen)
+            si->unseen[s->seq] = false;
         if (!si->ss)
             continue;
         int32_t *prompt = rc_malloc((size_t)s->n_prompt * 4 + 4);
@@ -768,6 +877,12 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
         from_f16(h, si->in, (size_t)n_rows * (size_t)E);
     else if (esz == 4)
         memcpy(si->in, h, (size_t)n_rows * (size_t)E * 4);
+    if (si->unseen)
+        for (uint32_t i = 0; i < n_rows; i++)
+            if (rs[i] >= 0 && rs[i] < si->n_seq && si->unseen[rs[i]]) {
+                sample_set_accept(si->ss, rs[i], rt[i]);
+                si->unseen[rs[i]] = false;
+            }
     stage_batch b = { .n_rows = (int)n_rows, .token = rt, .pos = rp, .seq = rs, .logits = rw };
     int got = 0;
     uint64_t t0 = os_now_ns();
@@ -781,7 +896,7 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
     }
     si->batches++;
     if (si->n_ranks > 1) {
-        if (shard_gather(si, got)) {
+        if (shard_gather(si, got, rs, rw, (int)n_rows)) {
             snprintf(why, sizeof why, "%s", rc_errmsg());
             rc_free(rt);
             stage_send_error(si, group, why);
@@ -864,6 +979,14 @@ static void stage_inst_release(stage_inst *si)
     rc_free(si->wbuf);
     rc_free(si->parts);
     rc_free(si->pbuf);
+    rc_free(si->unseen);
+    rc_free(si->raw);
+    rc_free(si->heap);
+    rc_free(si->best);
+    si->unseen = NULL;
+    si->raw = NULL;
+    si->heap = NULL;
+    si->best = NULL;
     /* the cluster thread may be handing a channel over right now */
     cluster_chan *ch[PIPELINE_MAX_STAGES];
     pthread_mutex_lock(&si->p->mu);
@@ -1155,13 +1278,16 @@ static void on_partial(pipeline *p, const char *from, const uint8_t *data, size_
 /* ---- data channels between shards ---- */
 
 /* Gives shard si the channel (or the refusal, ch NULL) from shard
- * from_rank; false when si does not expect one from that node (mu held). */
+ * from_rank, or with !commit only says whether it would; false when si does
+ * not expect one from that node (mu held). */
 static bool bind_locked(stage_inst *si, const char *from, int from_rank, int to_rank,
-                        cluster_chan *ch)
+                        cluster_chan *ch, bool commit)
 {
-    if (from_rank < 0 || from_rank >= si->rank || to_rank != si->rank ||
+    if (si->n_ranks < 2 || from_rank < 0 || from_rank >= si->rank || to_rank != si->rank ||
         strcmp(si->peers[from_rank], from) || si->chan[from_rank] || si->chan_none[from_rank])
         return false;
+    if (!commit)
+        return true;
     si->chan[from_rank] = ch;
     si->chan_none[from_rank] = !ch;
     pthread_cond_signal(&si->cv);
@@ -1187,11 +1313,16 @@ static int bind_parse(const uint8_t *data, size_t len, char head[33], uint32_t *
 }
 
 /* Channels (or refusals) for shards whose set-up has not come yet wait
- * here a while; older ones are dropped (mu held). */
-static void pend_add_locked(pipeline *p, const char *from, const char *head, uint32_t inst,
-                            int from_rank, int to_rank, cluster_chan *ch)
+ * here a while; older ones are dropped, and past PEND_MAX new ones are
+ * refused (a peer cannot pile up sockets).  With ch NULL and !commit only
+ * says whether there is room.  False when refused (mu held; the caller
+ * keeps ch). */
+#define PEND_MAX 64
+static bool pend_add_locked(pipeline *p, const char *from, const char *head, uint32_t inst,
+                            int from_rank, int to_rank, cluster_chan *ch, bool commit)
 {
     uint64_t now = os_now_ns();
+    int n = 0;
     for (pend_chan **pp = &p->pend; *pp;) {
         pend_chan *e = *pp;
         if (now - e->t_ns > (uint64_t)PARTIAL_WAIT_MS * 1000000u) {
@@ -1200,13 +1331,14 @@ static void pend_add_locked(pipeline *p, const char *from, const char *head, uin
             rc_free(e);
         } else {
             pp = &e->next;
+            n++;
         }
     }
-    pend_chan *e = rc_calloc(1, sizeof *e);
-    if (!e) {
-        chan_free(ch);
-        return;
-    }
+    if (!commit)
+        return n < PEND_MAX;
+    pend_chan *e = n < PEND_MAX ? rc_calloc(1, sizeof *e) : NULL;
+    if (!e)
+        return false;
     snprintf(e->from, sizeof e->from, "%s", from);
     snprintf(e->head, sizeof e->head, "%s", head);
     e->inst = inst;
@@ -1216,6 +1348,7 @@ static void pend_add_locked(pipeline *p, const char *from, const char *head, uin
     e->t_ns = now;
     e->next = p->pend;
     p->pend = e;
+    return true;
 }
 
 /* A new shard takes what came for it before its set-up (mu held). */
@@ -1225,7 +1358,7 @@ static void pend_adopt_locked(pipeline *p, stage_inst *si)
         pend_chan *e = *pp;
         if (e->inst == si->inst && !strcmp(e->head, si->head)) {
             *pp = e->next;
-            if (!bind_locked(si, e->from, e->from_rank, e->to_rank, e->ch))
+            if (!bind_locked(si, e->from, e->from_rank, e->to_rank, e->ch, true))
                 chan_free(e->ch);
             rc_free(e);
         } else {
@@ -1246,19 +1379,19 @@ static int on_channel(void *ud, const char *from, int type, const uint8_t *data,
     if (type != PIPE_BIND || bind_parse(data, len, head, &inst, &from_rank, &to_rank, &flag) ||
         flag != BIND_CHANNEL)
         return rc_fail(RC_EFORMAT, "a data channel opened with a malformed message");
-    /* confirmed before any shard's thread can see it */
-    int rc = cluster_channel_confirm(ch);
-    if (rc)
-        return rc;
     pthread_mutex_lock(&p->mu);
     stage_inst *si = p->closed ? NULL : find_stage_locked(p, head, inst);
-    bool ok = true;
-    if (si)
-        ok = si->n_ranks > 1 && bind_locked(si, from, from_rank, to_rank, ch);
-    else if (!p->closed)
-        pend_add_locked(p, from, head, inst, from_rank, to_rank, ch);
-    else
+    bool ok = !p->closed && (si ? bind_locked(si, from, from_rank, to_rank, ch, false)
+                                : pend_add_locked(p, from, head, inst, from_rank, to_rank, ch,
+                                                  false));
+    /* confirmed only when taken, and before a shard's thread can see it: a
+     * few bytes on a fresh socket */
+    if (ok && cluster_channel_confirm(ch))
         ok = false;
+    if (ok && si)
+        bind_locked(si, from, from_rank, to_rank, ch, true);
+    else if (ok)
+        ok = pend_add_locked(p, from, head, inst, from_rank, to_rank, ch, true);
     pthread_mutex_unlock(&p->mu);
     if (!ok)
         return rc_fail(RC_EINVAL, "a data channel for shard %d of instance %u of %.8s, which "
@@ -1279,9 +1412,10 @@ static void on_bind(pipeline *p, const char *from, const uint8_t *data, size_t l
     pthread_mutex_lock(&p->mu);
     stage_inst *si = find_stage_locked(p, head, inst);
     if (si)
-        bind_locked(si, from, from_rank, to_rank, NULL);
-    else
-        pend_add_locked(p, from, head, inst, from_rank, to_rank, NULL);
+        bind_locked(si, from, from_rank, to_rank, NULL, true);
+    else if (!pend_add_locked(p, from, head, inst, from_rank, to_rank, NULL, true))
+        rc_log(LOG_WARN, "pipeline: too many shard bindings waiting for their set-up; dropped "
+               "one from %.8s", from);
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -81,6 +81,11 @@ int  sample_set_start(sample_set *s, const exec_start *st);
 /* Samples the slot's next token from its logits (modified), records it in
  * the sampler's history and fills *out. */
 int  sample_set_sample(sample_set *s, int seq, float *logits, exec_sampled *out);
+/* For a tensor-parallel shard that keeps copies of shard 0's samplers: the
+ * slot's sampler (NULL when none) and its top-logprob count; and recording
+ * a token sampled for the slot elsewhere. */
+const sampler *sample_set_get(const sample_set *s, int seq, int *n_logprobs);
+void sample_set_accept(sample_set *s, int seq, int32_t token);
 
 /* One-node executor over a stage that holds the whole model (which must
  * outlive it). */

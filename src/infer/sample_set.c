@@ -71,3 +71,17 @@ int sample_set_sample(sample_set *s, int seq, float *logits, exec_sampled *out)
     out->n_top = n > 0 ? n : 0;
     return 0;
 }
+
+const sampler *sample_set_get(const sample_set *s, int seq, int *n_logprobs)
+{
+    if (seq < 0 || seq >= s->n_seq)
+        return NULL;
+    *n_logprobs = s->n_logprobs[seq];
+    return s->smp[seq];
+}
+
+void sample_set_accept(sample_set *s, int seq, int32_t token)
+{
+    if (seq >= 0 && seq < s->n_seq && s->smp[seq])
+        sampler_accept(s->smp[seq], token);
+}

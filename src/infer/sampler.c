@@ -25,11 +25,8 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
-    float   logit;
-    int32_t id;
-    float   w;       /* exp((logit - max) / T), set where a step needs it */
-} cand;
+/* w: exp((logit - max) / T), set where a step needs it */
+typedef sampler_cand cand;
 
 struct sampler {
     sampler_params p;          /* bias pointers point at the copies below */
@@ -252,6 +249,14 @@ static void apply_penalties(const sampler *s, float *logits)
     }
 }
 
+void sampler_prepare(const sampler *s, float *logits)
+{
+    apply_bias(s, logits);
+    apply_penalties(s, logits);
+}
+
+const sampler_params *sampler_get_params(const sampler *s) { return &s->p; }
+
 /* +INFINITY would make every difference NaN; the largest float keeps the
  * order and gives an infinite logit all the mass. */
 static inline float finite_logit(float l)
@@ -300,6 +305,35 @@ static void heap_sort_desc(cand *h, int n)
         swap_cand(&h[0], &h[end]);
         sift_down(h, end, 0);
     }
+}
+
+int sampler_best(const float *logits, int col0, int n, int k, sampler_cand *h, int32_t *ids)
+{
+    int m = 0;
+    for (int i = 0; i < n && k > 0; i++) {
+        float l = logits[col0 + i];
+        if (!(l > -INFINITY))
+            continue;
+        l = finite_logit(l);
+        if (m == k) {
+            if (l > h[0].logit) {
+                h[0].logit = l;
+                h[0].id = col0 + i;
+                sift_down(h, k, 0);
+            }
+            continue;
+        }
+        h[m].logit = l;
+        h[m].id = col0 + i;
+        if (++m == k)
+            heapify(h, k);
+    }
+    if (m < k)
+        heapify(h, m);
+    heap_sort_desc(h, m);
+    for (int j = 0; j < m; j++)
+        ids[j] = h[j].id;
+    return m;
 }
 
 /* Sets w = exp((l - lmax) / T) on c[0..n) and returns the sum.  The
@@ -390,8 +424,7 @@ int32_t sampler_sample(sampler *s, float *logits)
     int n = 0, sorted = 0;
     float lmax = -INFINITY;
 
-    apply_bias(s, logits);
-    apply_penalties(s, logits);
+    sampler_prepare(s, logits);
 
     if (!(p->temperature > 0.0f)) {
         int32_t best = -1;

@@ -93,6 +93,25 @@ void sampler_reset(sampler *s);
  * takes exactly one number from the generator. */
 int32_t sampler_sample(sampler *s, float *logits);
 
+/* The first two links of the chain: adds the logit bias and applies the
+ * penalties to logits[n_vocab] in place, as sampler_sample does before it
+ * draws.  Does not change s.  (A tensor-parallel shard that holds part of
+ * the vocabulary ranks its part by these values to send shard 0 only the
+ * tokens that can be drawn.) */
+void sampler_prepare(const sampler *s, float *logits);
+
+/* The k best of logits[col0, col0 + n) in the order sampler_sample ranks
+ * them (the larger logit first, the lower id among equals), skipping those
+ * it never draws (NaN, -INFINITY): their ids, best first, in ids[k] (heap:
+ * k pairs of scratch).  Returns how many (fewer than k when fewer can be
+ * drawn).  With the row prepared (sampler_prepare), a draw that keeps only
+ * the top k can only pick one of these. */
+typedef struct { float logit; int32_t id; float w; } sampler_cand;
+int sampler_best(const float *logits, int col0, int n, int k, sampler_cand *heap, int32_t *ids);
+
+/* The parameters the sampler was made with. */
+const sampler_params *sampler_get_params(const sampler *s);
+
 /* OpenAI logprobs: the log-softmax of logits (as sampler_sample left them:
  * biased and penalised, before truncation and temperature).  Writes the
  * chosen token's log-probability to *chosen_logprob (-INFINITY if it is not
