@@ -130,6 +130,14 @@ start_pair() {
 }
 stop() { local pid; pid=$(cat "$T/$1.pid"); kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
 
+# cpu NAME: CPU seconds a process used so far (user + system), and those of
+# its busiest thread: where the two vCPUs went besides the compute threads
+cpu() {
+  local pid hz; pid=$(cat "$T/$1.pid"); hz=$(getconf CLK_TCK)
+  awk -v hz="$hz" -v name="$1" '{ sub(/.*\) /, ""); t = ($12 + $13) / hz; sum += t; if (t > top) top = t }
+    END { printf "%s %.1f s (busiest thread %.1f s)", name, sum, top }' /proc/"$pid"/task/*/stat 2>/dev/null
+}
+
 view() { ip netns exec "$P-n1" curl -s --max-time 2 "http://10.77.0.1:8080/v1/cluster"; }
 n_up() { [ "$(view | jq '[.nodes[] | select(.state == "up")] | length')" = "$1" ]; }
 
@@ -263,6 +271,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
     [ "$rep" = 1 ] && echo "  $prof: stages $(view | jq -r '[.pipelines.instances[0].stages[] | "\(.node[0:4]) layers \(.first)-\(.last - 1)"] | join(", ")')" >&2
     n_stages=$(view | jq '[.pipelines.instances[0].stages[]?] | length')
     [ "$n_stages" = 2 ] || { echo "$prof: expected a 2-stage pipeline, /v1/cluster shows $n_stages stages"; exit 1; }
+    echo "  $prof: CPU time: $(cpu n1), $(cpu n2), $(cpu relay)" >&2
     stop n2; stop n1; stop relay
     # what each node's stage or shard says when it stops (shards: time spent waiting for parts)
     grep -h "pipeline: s[a-z]* [0-9].* stopped after" "$T/n1.out" "$T/n2.out" | sed 's/^/  /' >&2

@@ -177,8 +177,8 @@ stop_node 5
 rm -rf "$T/n5"; mkdir -p "$T/n5/models"; cp "$T/n1/bench.json" "$T/n5/"; cp "$T/tiny.gguf" "$T/n5/models/"
 RACIMO_TEST_PROTOCOL=2.0 start_node 5 --join "$TOKEN"
 id5=$(id_of 5)
-if wait_for 10 grep -q "speaks racimo cluster protocol 1.0, this node 2.0" "$T/n5.out" && \
-   wait_for 5 grep -q "refused .*10.77.0.5.*speaks racimo cluster protocol 2.0, this node 1.0" "$T/n1.out" && \
+if wait_for 10 grep -q "speaks racimo cluster protocol 1\.[0-9]*, this node 2.0" "$T/n5.out" && \
+   wait_for 5 grep -q "refused .*10.77.0.5.*speaks racimo cluster protocol 2.0, this node 1\.[0-9]*" "$T/n1.out" && \
    [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 4; then
   ok "a node of another protocol major version is refused, saying which versions differ"
 else bad "version mismatch: $(grep -h "protocol 2.0" "$T/n1.out" "$T/n5.out" | head -n 3)"; fi
