@@ -13,7 +13,9 @@
 #
 # Environment: REPS (2), TOKENS per stream (128), STREAMS (8), PROFILES
 # ("none 10g 1g"), WIRE (f16), PARALLEL (8), CTX (1024), SPLIT (layers: a
-# 2-stage pipeline; tensor: 2 tensor-parallel shards), RACIMO_BIN.
+# 2-stage pipeline; tensor: 2 tensor-parallel shards), RACIMO_BIN,
+# RELAY_OPTS (more racimo-relay flags, e.g. "-s 0": no spinning), and the
+# nodes' own (RACIMO_DATA_CHANNELS=0: shards' parts on the cluster link).
 #
 # Network (namespaces named $P-*, nothing in the machine's own namespace):
 #
@@ -111,7 +113,7 @@ start_pair() {
   # should not queue behind the nodes for a CPU (see BENCHMARKS.md)
   local rt=; command -v chrt >/dev/null && rt="chrt -f 20"
   # shellcheck disable=SC2046
-  ip netns exec "$P-rl" $rt "$RELAY" -c $(profile_args "$1") \
+  ip netns exec "$P-rl" $rt "$RELAY" -c $(profile_args "$1") ${RELAY_OPTS:-} \
     10.77.0.254:7719=10.78.0.2:7719 10.78.0.254:7719=10.77.0.1:7719 >>"$T/relay.out" 2>"$T/relay.err" &
   echo $! >"$T/relay.pid"
   wait_for 5 grep -q "^relay: 10.78.0.254:7719" "$T/relay.err" || { cat "$T/relay.err"; exit 1; }

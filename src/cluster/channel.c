@@ -179,7 +179,8 @@ static int parse(cluster_chan *ch)
             ch->msg = p;
             ch->msg_cap = cap;
         }
-        memcpy(ch->msg + ch->msg_len, f.payload, f.n_payload);
+        if (f.n_payload)
+            memcpy(ch->msg + ch->msg_len, f.payload, f.n_payload);
         ch->msg_len += f.n_payload;
         ch->msg_type = f.type;
         ch->msg_open = (f.flags & WIRE_F_MORE) != 0;
