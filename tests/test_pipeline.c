@@ -9,6 +9,7 @@
 #include "cluster_util.h"
 
 #include "base/err.h"
+#include "cluster/channel.h"
 #include "cluster/cluster.h"
 #include "cluster/pipeline.h"
 #include "cluster/wire.h"
@@ -339,7 +340,42 @@ TEST_T(pipeline_tensor_parallel_same_tokens, 120)
     st = pipeline_status(a.p);
     CHECK_INT(json_integer_value(json_object_get(json_array_get(json_object_get(st, "stages"), 0),
                                                  "channels")), ==, 1);
+    uint32_t inst0 = (uint32_t)json_integer_value(
+        json_object_get(json_array_get(json_object_get(st, "instances"), 0), "instance"));
     json_decref(st);
+
+    /* hostile channels from B: a malformed BIND, a "no channel" BIND on a
+     * channel, a second channel for the pair in use: refused; BINDs for an
+     * instance not set up (yet) wait, at most 64 of them; A goes on */
+    uint8_t bind[32] = { 0 };
+    wire_unhex(cluster_self_id(a.c), bind, 16);
+    uint32_t bf[4] = { inst0, 0, 1, 0 };
+    cluster_chan *hc = NULL;
+    CHECK(cluster_channel_open(b.c, cluster_self_id(a.c), 0x46, bind, 31, 3000, &hc) < 0);
+    bf[3] = 1;
+    memcpy(bind + 16, bf, 16);
+    CHECK(cluster_channel_open(b.c, cluster_self_id(a.c), 0x46, bind, 32, 3000, &hc) < 0);
+    bf[3] = 0;
+    memcpy(bind + 16, bf, 16);
+    CHECK(cluster_channel_open(b.c, cluster_self_id(a.c), 0x46, bind, 32, 3000, &hc) < 0);
+    cluster_chan *held[64];
+    int n_held = 0, n_ok = 0;
+    for (int i = 0; i < 70; i++) {
+        bf[0] = 1000000 + (uint32_t)i;
+        memcpy(bind + 16, bf, 16);
+        if (cluster_channel_open(b.c, cluster_self_id(a.c), 0x46, bind, 32, 3000, &hc) == 0) {
+            n_ok++;
+            if (n_held < 64)
+                held[n_held++] = hc;
+            else
+                chan_free(hc);
+        }
+    }
+    CHECK_INT(n_ok, ==, 64);
+    for (int i = 0; i < n_held; i++)
+        chan_free(held[i]);
+    run_all(e, got, 20);
+    check_same(got, ref);
     engine_free(e);
 
     /* f16 parts: runs, same lengths */

@@ -44,7 +44,7 @@ struct cluster_chan {
     /* receiving: raw records, then the message being assembled */
     uint8_t *rx;
     size_t rx_len, rx_off, rx_cap;
-    uint8_t *plain;           /* WIRE_FRAME_MAX */
+    uint8_t *plain;           /* WIRE_FRAME_MAX, from the first record read */
     uint8_t *msg;
     size_t msg_len, msg_cap;
     int msg_type;
@@ -57,15 +57,9 @@ cluster_chan *chan_new(int fd, const wire_session *ws, const uint8_t *pending, s
                        const char *peer)
 {
     cluster_chan *ch = rc_calloc(1, sizeof *ch);
-    if (ch)
-        ch->plain = rc_malloc(WIRE_FRAME_MAX);
     if (ch && n)
         ch->rx = rc_malloc(ch->rx_cap = n > 65536 ? n : 65536);
-    if (!ch || !ch->plain || (n && !ch->rx)) {
-        if (ch) {
-            rc_free(ch->plain);
-            rc_free(ch->rx);
-        }
+    if (!ch || (n && !ch->rx)) {
         rc_free(ch);
         close(fd);
         return NULL;
@@ -154,6 +148,8 @@ static int parse(cluster_chan *ch)
             return 0;
         wire_frame f;
         const uint8_t *rec = ch->rx + ch->rx_off;
+        if (!ch->plain && !(ch->plain = rc_malloc(WIRE_FRAME_MAX)))
+            return chan_fail(ch, RC_ENOMEM, "out of memory for a record");
         /* the length is checked before waiting for the record's bytes */
         long r = wire_open(&ch->ws, rec, 4, ch->plain, &f);
         if (r == 0 && avail >= 4 + (size_t)wire_get32(rec))
