@@ -271,13 +271,15 @@ int chan_exchange(chan_io *io, int n, int timeout_ms, chan_abort_fn ab, void *ud
     }
     uint64_t t0 = os_now_ns();
     for (;;) {
-        int waiting = 0;
+        int waiting = 0, late = -1;
         for (int i = 0; i < n; i++) {
             cluster_chan *ch = io[i].ch;
             short ev = (short)((ch->tx_off < ch->tx_len ? POLLOUT : 0) |
                                (io[i].want_in && !ch->msg_done ? POLLIN : 0));
             pf[i] = (struct pollfd){ .fd = ev ? ch->fd : -1, .events = ev };
             waiting += ev != 0;
+            if (ev && late < 0)
+                late = i;
         }
         if (!waiting)
             break;
@@ -285,8 +287,9 @@ int chan_exchange(chan_io *io, int n, int timeout_ms, chan_abort_fn ab, void *ud
         if (timeout_ms >= 0) {
             uint64_t spent = (os_now_ns() - t0) / 1000000u;
             if (spent >= (uint64_t)timeout_ms)
-                return rc_fail(RC_EIO, "no data from node %.8s within %d ms", io[0].ch->peer,
-                               timeout_ms);
+                return rc_fail(RC_EIO, "data channel to node %.8s: nothing %s within %d ms",
+                               io[late].ch->peer, pf[late].events & POLLIN ? "received"
+                                                                           : "taken", timeout_ms);
             if ((uint64_t)timeout_ms - spent < (uint64_t)slice)
                 slice = (int)((uint64_t)timeout_ms - spent);
         }
