@@ -519,12 +519,9 @@ static int shard_reduce(void *ud, float *x, int n_rows, int width)
     const size_t slot = (size_t)si->n_batch * (size_t)width;
     const uint64_t seq = si->n_parts++;
     const int enc = si->wire_f32 ? ENC_F32 : ENC_F16;
-    if (enc == ENC_F16) {
-        uint8_t *tmp = (uint8_t *)(si->parts + (size_t)si->rank * slot);
-        to_f16(x, tmp, n);
-        from_f16(tmp, x, n);
-    }
     int rc = shard_pack(si, PART_SUM, seq, enc, x, n_rows, width, 0);
+    if (!rc && enc == ENC_F16)               /* the values as sent: the part's end */
+        from_f16(si->pbuf + si->plen - n * 2, x, n);
     if (!rc)
         rc = shard_send(si, -1, false);
     /* the channels' parts go out and come in together; then the others' */
