@@ -451,6 +451,8 @@ static int shard_decode(stage_inst *si, int q, int kind, uint64_t seq, int n_row
     uint64_t s = rb_u64(&r);
     uint32_t rows = rb_u32(&r), cols = rb_u32(&r), col0 = rb_u32(&r);
     size_t esz = enc == ENC_F16 ? 2 : enc == ENC_F32 ? 4 : 0;
+    if (kind == PART_CANDS && k == PART_LOGITS)
+        kind = PART_LOGITS;                   /* whole columns: the cluster link's way */
     if (kind == PART_CANDS && !r.bad && k == (uint32_t)kind && s == seq &&
         rows == (uint32_t)n_rows && enc == ENC_F32 && (uint64_t)col0 + cols <= (uint64_t)ld)
         return cands_decode(si, q, &r, rows, cols, dst + col0, ld);
@@ -601,6 +603,19 @@ static int shard_gather(stage_inst *si, int n_rows, const int32_t *rs, const int
     const uint64_t seq = si->n_parts++;
     const model_shard *sh = &si->m->shard;
     const int V = si->m->hp.n_vocab;
+    if (si->rank > 0 && !si->chan[0]) {
+        /* the cluster link may lead to a node of protocol 1.0: whole columns */
+        float *packed = si->out;
+        for (int i = 0; i < n_rows; i++)
+            memmove(packed + (size_t)i * sh->n_vocab, si->out + (size_t)i * V + sh->vocab0,
+                    (size_t)sh->n_vocab * sizeof(float));
+        for (int i = 0; i < n_batch_rows; i++)
+            if (rw[i] && rs[i] >= 0 && rs[i] < si->n_seq)
+                si->unseen[rs[i]] = true;
+        int rc = shard_pack(si, PART_LOGITS, seq, ENC_F32, packed, n_rows, sh->n_vocab,
+                            sh->vocab0);
+        return rc ? rc : shard_send(si, 0, false);
+    }
     if (si->rank > 0) {
         wbuf w = { .p = si->pbuf, .cap = si->pcap };
         part_header(&w, si, PART_CANDS, seq, ENC_F32, n_rows, sh->n_vocab, sh->vocab0);
@@ -727,6 +742,26 @@ static int stage_load(stage_inst *si)
     return 0;
 }
 
+/* The minor protocol version node `id` speaks (from the cluster view); -1
+ * when unknown. */
+static int peer_minor(pipeline *p, const char *id)
+{
+    json_t *snap = cluster_snapshot(p->c), *n;
+    size_t i;
+    int minor = -1, major;
+    json_array_foreach(json_object_get(snap, "nodes"), i, n) {
+        const char *nid = json_string_value(json_object_get(n, "id"));
+        const char *proto = json_string_value(json_object_get(n, "protocol"));
+        if (nid && proto && !strcmp(nid, id)) {
+            if (sscanf(proto, "%d.%d", &major, &minor) != 2)
+                minor = -1;
+            break;
+        }
+    }
+    json_decref(snap);
+    return minor;
+}
+
 /* The data channels of a shard, before it says it is ready: shard r dials
  * every shard q > r on another node (the dialler decides: when it cannot
  * open one, or RACIMO_DATA_CHANNELS=0, it says so through the cluster link
@@ -763,11 +798,18 @@ static int shard_link(stage_inst *si)
         si->chan[q] = ch;
         pthread_mutex_unlock(&p->mu);
     }
-    pthread_mutex_lock(&p->mu);
+    /* a node of protocol 1.0 opens no channel and says nothing of it */
+    bool old[PIPELINE_MAX_STAGES] = { false };
     for (int q = 0; q < si->rank; q++)
+        old[q] = strcmp(si->peers[q], p->self) && peer_minor(p, si->peers[q]) == 0;
+    pthread_mutex_lock(&p->mu);
+    for (int q = 0; q < si->rank; q++) {
+        if (old[q] && !si->chan[q])
+            si->chan_none[q] = true;
         while (strcmp(si->peers[q], p->self) && !si->chan[q] && !si->chan_none[q] &&
                !si->stop && !si->peer_down)
             pthread_cond_wait(&si->cv, &p->mu);
+    }
     int rc = si->stop ? rc_fail(RC_ESTATE, "stopped while linking the shards")
            : si->peer_down ? rc_fail(RC_EIO, "%s", si->peer_why) : 0;
     pthread_mutex_unlock(&p->mu);
