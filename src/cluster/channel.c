@@ -4,7 +4,7 @@
  * A message is sealed whole into the send buffer (frames of at most
  * WIRE_PAYLOAD_MAX, all but the last marked WIRE_F_MORE, one stream id)
  * and written as the socket takes it; received bytes are opened a record
- * at a time and the frames' payloads appended until the last one.  Writes
+ * at a time and reassembled as on the cluster link (wire_asm).  Writes
  * and reads of all channels of an exchange interleave in one poll loop,
  * so two shards sending each other megabytes never wait on each other.
  */
@@ -45,11 +45,9 @@ struct cluster_chan {
     uint8_t *rx;
     size_t rx_len, rx_off, rx_cap;
     uint8_t *plain;           /* WIRE_FRAME_MAX, from the first record read */
-    uint8_t *msg;
-    size_t msg_len, msg_cap;
-    int msg_type;
-    bool msg_open;            /* frames of a message came, its last not yet */
-    bool msg_done;            /* a whole message is in msg */
+    wire_asm as;
+    wire_msg got;             /* the message received, while msg_done */
+    bool msg_done;
     uint64_t bytes_out;
 };
 
@@ -66,6 +64,7 @@ cluster_chan *chan_new(int fd, const wire_session *ws, const uint8_t *pending, s
     }
     ch->fd = fd;
     ch->ws = *ws;
+    wire_asm_init(&ch->as, WIRE_MSG_MAX);
     snprintf(ch->peer, sizeof ch->peer, "%s", peer);
     if (n) {
         memcpy(ch->rx, pending, n);
@@ -91,7 +90,7 @@ void chan_free(cluster_chan *ch)
     rc_free(ch->tx);
     rc_free(ch->rx);
     rc_free(ch->plain);
-    rc_free(ch->msg);
+    wire_asm_free(&ch->as);
     rc_free(ch);
 }
 
@@ -161,26 +160,11 @@ static int parse(cluster_chan *ch)
         ch->rx_off += (size_t)r;
         if (f.final)
             return chan_fail(ch, RC_EIO, "the peer closed the channel");
-        if (ch->msg_open && f.type != ch->msg_type)
-            return chan_fail(ch, RC_EFORMAT, "a frame of another type inside a message");
-        if (ch->msg_len + f.n_payload > WIRE_MSG_MAX)
-            return chan_fail(ch, RC_ELIMIT, "a message over the size limit");
-        if (ch->msg_len + f.n_payload > ch->msg_cap) {
-            size_t cap = ch->msg_cap ? ch->msg_cap : 65536;
-            while (cap < ch->msg_len + f.n_payload)
-                cap *= 2;
-            uint8_t *p = rc_realloc(ch->msg, cap);
-            if (!p)
-                return chan_fail(ch, RC_ENOMEM, "out of memory for a message");
-            ch->msg = p;
-            ch->msg_cap = cap;
-        }
-        if (f.n_payload)
-            memcpy(ch->msg + ch->msg_len, f.payload, f.n_payload);
-        ch->msg_len += f.n_payload;
-        ch->msg_type = f.type;
-        ch->msg_open = (f.flags & WIRE_F_MORE) != 0;
-        ch->msg_done = !ch->msg_open;
+        /* a one-frame message stays in plain until the next record is opened */
+        int a = wire_asm_add(&ch->as, &f, &ch->got);
+        if (a < 0)
+            return chan_fail(ch, a, rc_errmsg());
+        ch->msg_done = a == 1;
     }
     return 1;
 }
@@ -255,11 +239,8 @@ int chan_exchange(chan_io *io, int n, int timeout_ms, chan_abort_fn ab, void *ud
             return rc_fail(RC_EIO, "data channel to node %.8s: %s", ch->peer, ch->why);
         io[i].in = NULL;
         io[i].in_len = 0;
-        if (io[i].want_in && ch->msg_done) {
-            /* the last message was handed out: drop it */
-            ch->msg_done = false;
-            ch->msg_len = 0;
-        }
+        if (io[i].want_in)
+            ch->msg_done = false;       /* the last message was handed out */
         int rc = io[i].out ? seal_message(ch, io[i].out_type, io[i].out, io[i].out_len) : 0;
         if (!rc && io[i].out)
             rc = do_write(ch);
@@ -318,9 +299,9 @@ int chan_exchange(chan_io *io, int n, int timeout_ms, chan_abort_fn ab, void *ud
     }
     for (int i = 0; i < n; i++)
         if (io[i].want_in) {
-            io[i].in_type = io[i].ch->msg_type;
-            io[i].in = io[i].ch->msg;
-            io[i].in_len = io[i].ch->msg_len;
+            io[i].in_type = io[i].ch->got.type;
+            io[i].in = io[i].ch->got.data;
+            io[i].in_len = io[i].ch->got.len;
         }
     return 0;
 }

@@ -609,9 +609,6 @@ static int shard_gather(stage_inst *si, int n_rows, const int32_t *rs, const int
         for (int i = 0; i < n_rows; i++)
             memmove(packed + (size_t)i * sh->n_vocab, si->out + (size_t)i * V + sh->vocab0,
                     (size_t)sh->n_vocab * sizeof(float));
-        for (int i = 0; i < n_batch_rows; i++)
-            if (rw[i] && rs[i] >= 0 && rs[i] < si->n_seq)
-                si->unseen[rs[i]] = true;
         int rc = shard_pack(si, PART_LOGITS, seq, ENC_F32, packed, n_rows, sh->n_vocab,
                             sh->vocab0);
         return rc ? rc : shard_send(si, 0, false);
