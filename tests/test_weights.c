@@ -39,7 +39,7 @@ static void start(node *n, const char *name, const char *token, const node *peer
     cfg.ro_dirs = ro_dirs;
     CHECK_OK(cluster_new(&cfg, &n->c, NULL));
     CHECK_OK(weights_new(n->c, n->models, ro_dirs, &n->w));
-    cluster_set_down_handler(n->c, on_down, n->w);
+    CHECK_OK(cluster_add_down_handler(n->c, on_down, n->w));
     CHECK_OK(cluster_start(n->c));
 }
 

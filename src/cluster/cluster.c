@@ -218,8 +218,8 @@ static void update_membership(struct cluster *c, uint64_t now)
                n->name[0] ? n->name : "?", up ? "up" : "down");
         if (!up) {
             n->next_dial_ns = now;   /* try again at once (it may have restarted) */
-            if (c->on_down)
-                c->on_down(c->on_down_ud, n->id_hex);
+            for (int k = 0; k < c->n_on_down; k++)
+                c->on_down[k].fn(c->on_down[k].ud, n->id_hex);
         }
     }
 }
@@ -966,10 +966,14 @@ int cluster_add_handler(struct cluster *c, int type_lo, int type_hi, cluster_msg
     return 0;
 }
 
-void cluster_set_down_handler(struct cluster *c, cluster_down_fn fn, void *ud)
+int cluster_add_down_handler(struct cluster *c, cluster_down_fn fn, void *ud)
 {
-    c->on_down = fn;
-    c->on_down_ud = ud;
+    if (c->n_on_down == CLUSTER_MAX_HANDLERS)
+        return rc_fail(RC_ELIMIT, "cluster: too many node-down handlers");
+    c->on_down[c->n_on_down].fn = fn;
+    c->on_down[c->n_on_down].ud = ud;
+    c->n_on_down++;
+    return 0;
 }
 
 void cluster_set_channel_handler(struct cluster *c, cluster_chan_fn fn, void *ud)

@@ -71,7 +71,7 @@ int cluster_start(struct cluster *c);
 
 /* The cluster view as JSON (a new reference):
  *   {"self": id, "leader": id, "quorum": bool, "members": n, "members_up": n,
- *    "protocol": "1.1", "fingerprint": hex,
+ *    "protocol": "1.2", "fingerprint": hex,
  *    "nodes": [{"id","name","addresses":[...],"cluster_port","http_port",
  *               "state":"up"|"down","self":bool,"down_for_ms":n|null,
  *               "version","protocol","hardware":{"cores","threads","simd","cpu",
@@ -109,16 +109,18 @@ typedef void (*cluster_msg_fn)(void *ud, const char *from_id, int type,
                                const uint8_t *data, size_t len);
 /* Registers the handler of the types [type_lo, type_hi] (before
  * cluster_start).  Ranges in use: 0x40-0x4f pipeline stages, 0x50-0x57
- * weight transfer, 0x58-0x5f requests forwarded between nodes.  RC_ELIMIT
+ * weight transfer, 0x58-0x5f API requests forwarded between nodes.  RC_ELIMIT
  * past CLUSTER_MAX_HANDLERS, RC_EINVAL for a range outside 0x40-0x7f or one
  * that overlaps another. */
 #define CLUSTER_MAX_HANDLERS 8
 int cluster_add_handler(struct cluster *c, int type_lo, int type_hi, cluster_msg_fn fn, void *ud);
 
 /* Called on the cluster thread when the link to a node is lost (the node may
- * still come back), so that data-plane users can fail what waits on it. */
+ * still come back), so that data-plane users can fail what waits on it.
+ * Each handler added (before cluster_start) is called, in order;
+ * RC_ELIMIT past CLUSTER_MAX_HANDLERS. */
 typedef void (*cluster_down_fn)(void *ud, const char *node_id);
-void cluster_set_down_handler(struct cluster *c, cluster_down_fn fn, void *ud);
+int cluster_add_down_handler(struct cluster *c, cluster_down_fn fn, void *ud);
 
 /* Data channels (channel.h): a second connection to a node, for one thread
  * on each side to exchange messages without the cluster thread.

@@ -168,8 +168,8 @@ struct cluster {
     cl_out *out_head, *out_tail;              /* mu */
     struct { int lo, hi; cluster_msg_fn fn; void *ud; } handlers[CLUSTER_MAX_HANDLERS];
     int n_handlers;
-    cluster_down_fn on_down;
-    void *on_down_ud;
+    struct { cluster_down_fn fn; void *ud; } on_down[CLUSTER_MAX_HANDLERS];
+    int n_on_down;
     cluster_chan_fn on_chan;
     void *on_chan_ud;
 };

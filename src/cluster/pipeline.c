@@ -1904,12 +1904,13 @@ int pipeline_new(struct cluster *c, int n_threads, pipeline **out)
     snprintf(p->self, sizeof p->self, "%s", cluster_self_id(c));
     pthread_mutex_init(&p->mu, NULL);
     int rc = cluster_add_handler(c, 0x40, 0x4f, on_msg, p);
+    if (!rc)
+        rc = cluster_add_down_handler(c, on_down, p);
     if (rc) {
         pthread_mutex_destroy(&p->mu);
         rc_free(p);
         return rc;
     }
-    cluster_set_down_handler(c, on_down, p);
     cluster_set_channel_handler(c, on_channel, p);
     *out = p;
     return 0;
