@@ -4,15 +4,13 @@
  * The end-to-end tests (tests/e2e) drive the real binary with real clients;
  * these cover the same paths under ASan/UBSan and LeakSanitizer. */
 #include "test.h"
+#include "http_util.h"
 #include "model_util.h"
 #include "api/api.h"
 #include "base/err.h"
 #include "tensor/types.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 typedef struct {
@@ -53,7 +51,6 @@ static void start(fixture *f, const char *const *keys, int n_keys, int parallel,
 
 static int request(fixture *f, const char *method, const char *path, const char *headers,
                    const char *body, char *out, size_t cap);
-
 /* The -m model loads in the background; /health says 503 meanwhile. */
 static void wait_ready(fixture *f)
 {
@@ -74,42 +71,16 @@ static void stop(fixture *f)
     api_server_free(f->s);
 }
 
-static int connect_to(fixture *f)
+static int connect_to(fixture *f, const char *method, const char *path, const char *headers,
+                      const char *body)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)api_server_port(f->s)) };
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    return fd;
+    return http_open(api_server_port(f->s), method, path, headers, body);
 }
 
-static void send_request(int fd, const char *method, const char *path, const char *headers,
-                         const char *body)
-{
-    char head[1024];
-    int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n%s"
-                     "Content-Length: %zu\r\n\r\n", method, path, headers ? headers : "",
-                     body ? strlen(body) : 0);
-    CHECK(write(fd, head, (size_t)n) == n);
-    if (body && *body)
-        CHECK(write(fd, body, strlen(body)) == (ssize_t)strlen(body));
-}
-
-/* The whole response (until the server closes); returns the status. */
 static int request(fixture *f, const char *method, const char *path, const char *headers,
                    const char *body, char *out, size_t cap)
 {
-    int fd = connect_to(f);
-    send_request(fd, method, path, headers, body);
-    size_t len = 0;
-    ssize_t got;
-    while (len + 1 < cap && (got = read(fd, out + len, cap - len - 1)) > 0)
-        len += (size_t)got;
-    out[len] = '\0';
-    close(fd);
-    int status = 0;
-    CHECK(sscanf(out, "HTTP/1.1 %d", &status) == 1);
-    return status;
+    return http_request(api_server_port(f->s), method, path, headers, body, out, cap);
 }
 
 static void wait_idle(fixture *f)
@@ -196,9 +167,8 @@ TEST(api_server_errors)
     CHECK_INT(request(&f, "POST", "/api/show", NULL, "{\"model\":\"none\"}", buf, sizeof buf), ==, 404);
     CHECK_INT(request(&f, "GET", "/v1/models/none", NULL, NULL, buf, sizeof buf), ==, 404);
     /* one sequence, no queue: a second request while one runs gets 429 */
-    int fd = connect_to(&f);
-    send_request(fd, "POST", "/v1/chat/completions", NULL,
-                 CHAT(",\"max_tokens\":200,\"ignore_eos\":true,\"stream\":true"));
+    int fd = connect_to(&f, "POST", "/v1/chat/completions", NULL,
+                        CHAT(",\"max_tokens\":200,\"ignore_eos\":true,\"stream\":true"));
     char first[256];
     CHECK(read(fd, first, sizeof first) > 0);
     int busy = request(&f, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2"), buf, sizeof buf);
@@ -224,11 +194,10 @@ TEST(api_server_keys_and_shutdown)
     CHECK_INT(request(&f, "GET", "/v1/models", "Authorization: Bearer k2\r\n", NULL, buf, sizeof buf), ==, 200);
     CHECK_INT(request(&f, "GET", "/health", NULL, NULL, buf, sizeof buf), ==, 200);
     /* shut down with a stream running and a non-streamed request waiting */
-    int a = connect_to(&f), b = connect_to(&f);
-    send_request(a, "POST", "/v1/chat/completions", "Authorization: Bearer k1\r\n",
-                 CHAT(",\"max_tokens\":200,\"ignore_eos\":true,\"stream\":true"));
-    send_request(b, "POST", "/v1/chat/completions", "Authorization: Bearer k1\r\n",
-                 CHAT(",\"max_tokens\":200,\"ignore_eos\":true"));
+    int a = connect_to(&f, "POST", "/v1/chat/completions", "Authorization: Bearer k1\r\n",
+                       CHAT(",\"max_tokens\":200,\"ignore_eos\":true,\"stream\":true"));
+    int b = connect_to(&f, "POST", "/v1/chat/completions", "Authorization: Bearer k1\r\n",
+                       CHAT(",\"max_tokens\":200,\"ignore_eos\":true"));
     char first[256];
     CHECK(read(a, first, sizeof first) > 0);
     stop(&f);
