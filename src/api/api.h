@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct cluster;
+
 typedef struct {
     const char *host;                 /* default "127.0.0.1" */
     int port;                         /* default 8080; 0 = any free port */
@@ -53,6 +55,8 @@ typedef struct {
     int idle_unload_s;                /* stop a model idle this long (0: never) */
     struct weights *weights;          /* with a cluster: a model only other nodes have is
                                          pulled (its head, then what this node runs) */
+    struct api_forward *forward;      /* with a cluster: requests for a model another node
+                                         serves go there (api_forward_new) */
 } api_config;
 
 void api_config_default(api_config *c);
@@ -79,6 +83,17 @@ void api_server_stop(api_server *s);
  * connection and frees everything.  Call after api_server_run returned (or
  * without running it).  Accepts NULL. */
 void api_server_free(api_server *s);
+
+/* Requests forwarded between the nodes of a cluster (forward.c,
+ * docs/cluster-protocol.md §12): a node asked for a model that another node
+ * serves, and that it would not run alone, relays the request there and
+ * the answer back.  Made before cluster_start (it takes the message types
+ * 0x58-0x5f) and given to the server as api_config.forward; freed after
+ * cluster_free, since the cluster thread calls into it until then.  One
+ * server at a time uses it. */
+typedef struct api_forward api_forward;
+int  api_forward_new(struct cluster *c, api_forward **out);
+void api_forward_free(api_forward *f);          /* accepts NULL */
 
 /* Parses an --api-key-file: one key per line, blank lines and lines
  * starting with '#' ignored.  Appends rc_malloc'd strings to *keys (an

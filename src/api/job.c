@@ -606,27 +606,13 @@ void job_drain(api_server *s)
     }
 }
 
-/* A client that closed its socket while its request computes: libevent
- * does not read the socket then, so look for end-of-file without taking
- * any bytes. */
-static bool client_closed(api_job *j)
-{
-    struct bufferevent *bev = j->evcon ? evhttp_connection_get_bufferevent(j->evcon) : NULL;
-    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-    if (fd < 0)
-        return false;
-    char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 #define KEEPALIVE_NS (3ull * 1000000000ull)
 
 void job_tick(api_server *s)
 {
     for (api_job *j = s->jobs, *next; j; j = next) {
         next = j->next;
-        if (!j->finished && !j->gone && !j->left && !j->started && client_closed(j)) {
+        if (!j->finished && !j->gone && !j->left && !j->started && http_client_closed(j->evcon)) {
             rc_log(LOG_DEBUG, "client %s went away; cancelling", j->client);
             /* the answer is still sent when the engine ends the request, so
              * that libevent meets the closed socket and frees it */

@@ -6,6 +6,7 @@
 #include "cluster/cluster.h"
 #include "cluster/pipeline.h"
 #include "cluster/placement.h"
+#include "model/gguf.h"
 #include "model/model_size.h"
 
 #include <stdio.h>
@@ -18,6 +19,65 @@ static void log_progress(void *ud, const char *line)
     rc_log(LOG_INFO, "model %s: %s", ((api_model *)ud)->name, line);
 }
 
+/* The placement of a model with hparams hp and sizes ms for n_ctx x n_seq
+ * tokens on the cluster's nodes up, as the view shows them now (*view: the
+ * snapshot, the caller's to free).  `warn`: log a --min-nodes the cluster
+ * cannot meet. */
+static int place(const registry_config *cfg, const char *name, const model_hparams *hp,
+                 const model_sizes *ms, int n_ctx, int n_seq, bool warn, json_t **view,
+                 placement *pl)
+{
+    placement_node *nodes = NULL;
+    double *links = NULL;
+    int n = 0, rc;
+    if (!(*view = cluster_snapshot(cfg->cluster)))
+        return rc_fail(RC_ENOMEM, "out of memory");
+    if ((rc = placement_nodes_from_view(*view, &nodes, &n, &links)))
+        return rc;
+    if (links)
+        placement_links_from_view(*view, nodes, n, hp->n_embd, links);
+    /* min_nodes is a wish (benchmarks, tests): with fewer nodes up, as
+     * many as there are, so a model still runs after a node is lost. */
+    int min_nodes = cfg->min_nodes;
+    if (min_nodes > n) {
+        if (warn)
+            rc_log(LOG_WARN, "model %s: --min-nodes %d but %d node%s up", name, min_nodes, n,
+                   n == 1 ? " is" : "s are");
+        min_nodes = n;
+    }
+    placement_opts o = { .n_ctx = n_ctx, .n_seq = n_seq, .min_nodes = min_nodes,
+                         .tensor = cfg->split_tensor };
+    rc = placement_make(ms, nodes, n, links, &o, pl);
+    rc_free(nodes);
+    rc_free(links);
+    return rc;
+}
+
+bool placed_runs_here(const registry_config *cfg, const char *name, const char *path)
+{
+    if (!cfg->cluster)
+        return true;
+    gguf_file *f = NULL;
+    model_hparams hp;
+    model_sizes ms;
+    memset(&ms, 0, sizeof ms);
+    json_t *view = NULL;
+    placement pl;
+    bool here = true;            /* a file it cannot read: the load says why */
+    if (!gguf_open_meta(path, &f) && !model_read_hparams(f, &hp) && !model_sizes_read(f, &ms)) {
+        int n_ctx = cfg->engine.n_ctx;
+        if (hp.n_ctx_train > 0 && n_ctx > hp.n_ctx_train)
+            n_ctx = hp.n_ctx_train;
+        if (!place(cfg, name, &hp, &ms, n_ctx, cfg->engine.n_seq, false, &view, &pl))
+            here = pl.fits && pl.n_stages == 1 &&
+                   !strcmp(pl.stage[0].id, cluster_self_id(cfg->cluster));
+    }
+    json_decref(view);
+    model_sizes_free(&ms);
+    gguf_close(f);
+    return here;
+}
+
 int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t **plan)
 {
     *eng = NULL;
@@ -27,34 +87,13 @@ int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t
     model_sizes ms;
     memset(&ms, 0, sizeof ms);
     model_hparams hp;
+    json_t *view = NULL;
+    placement pl;
     int rc = model_read_hparams(m->lm.file, &hp);
     if (rc || (rc = model_sizes_read(m->lm.file, &ms)))
         return rc;
-    json_t *view = cluster_snapshot(cfg->cluster);
-    placement_node *nodes = NULL;
-    double *links = NULL;
-    int n = 0;
-    placement pl;
-    if (!view) {
-        rc = rc_fail(RC_ENOMEM, "out of memory");
-        goto out;
-    }
-    if ((rc = placement_nodes_from_view(view, &nodes, &n, &links)))
-        goto out;
-    if (links)
-        placement_links_from_view(view, nodes, n, hp.n_embd, links);
     int n_ctx = m->ep.n_ctx;
-    /* min_nodes is a wish (benchmarks, tests): with fewer nodes up, as
-     * many as there are, so a model still runs after a node is lost. */
-    int min_nodes = cfg->min_nodes;
-    if (min_nodes > n) {
-        rc_log(LOG_WARN, "model %s: --min-nodes %d but %d node%s up", m->name, min_nodes, n,
-               n == 1 ? " is" : "s are");
-        min_nodes = n;
-    }
-    placement_opts o = { .n_ctx = n_ctx, .n_seq = m->ep.n_seq, .min_nodes = min_nodes,
-                         .tensor = cfg->split_tensor };
-    if ((rc = placement_make(&ms, nodes, n, links, &o, &pl)))
+    if ((rc = place(cfg, m->name, &hp, &ms, n_ctx, m->ep.n_seq, true, &view, &pl)))
         goto out;
     *plan = placement_to_json(&pl, &ms);
     if (!pl.fits) {
@@ -104,8 +143,6 @@ int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t
     rc = engine_new_exec(x, m->lm.tok, hp.n_vocab, &m->ep, eng);   /* takes x */
 out:
     json_decref(view);
-    rc_free(nodes);
-    rc_free(links);
     model_sizes_free(&ms);
     return rc;
 }

@@ -4,6 +4,8 @@
 #ifndef RC_API_PLACED_H
 #define RC_API_PLACED_H
 
+#include <stdbool.h>
+
 #include <jansson.h>
 
 #include "registry.h"
@@ -15,5 +17,10 @@
  * says by how much and what would fit), or a stage failed to start.
  * *plan gets the placement as JSON in every case it was made. */
 int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t **plan);
+
+/* Whether model `name` (the file at path) would run on this node alone if it
+ * were placed now (true without a cluster, and for a file it cannot read:
+ * loading it here says why). */
+bool placed_runs_here(const registry_config *cfg, const char *name, const char *path);
 
 #endif

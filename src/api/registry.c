@@ -484,6 +484,8 @@ api_model *registry_find(api_registry *r, const char *name)
     return NULL;
 }
 
+const registry_config *registry_get_config(const api_registry *r) { return &r->cfg; }
+
 api_model **registry_list(api_registry *r, int *n)
 {
     pthread_mutex_lock(&r->mu);

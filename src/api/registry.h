@@ -105,6 +105,9 @@ void registry_rescan(api_registry *r);
  * registry_free. */
 api_model *registry_find(api_registry *r, const char *name);
 
+/* The configuration the registry was made with. */
+const registry_config *registry_get_config(const api_registry *r);
+
 /* Starts loading a model that is AVAILABLE or FAILED; returns its state
  * afterwards (LOADING or READY). */
 int registry_load(api_registry *r, api_model *m);

@@ -407,7 +407,8 @@ static void handle(struct evhttp_request *req, void *arg)
         log_request(s, req, "OPTIONS", path, 204, NULL);
         return;
     }
-    if (strcmp(path, "/health") && check_key(s, req, key_id, sizeof key_id)) {
+    bool internal = fwd_internal(s, req);
+    if (strcmp(path, "/health") && !internal && check_key(s, req, key_id, sizeof key_id)) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
         status = reply_err(s, req, path, 401, "invalid_api_key", "%s",
                            "a valid API key is required: send 'Authorization: Bearer <key>'");
@@ -440,6 +441,10 @@ static void handle(struct evhttp_request *req, void *arg)
         if (api_request_parse(r->kind, data, len, &ar, &e)) {
             http_reply_error(s, req, srv_is_ollama_path(path), &e);
             log_request(s, req, "POST", path, e.status, key_id);
+            return;
+        }
+        if (!internal && fwd_route(s, req, r->path, ar.model, data, len, key_id)) {
+            api_request_free(&ar);
             return;
         }
         static const job_ops *const ops[] = { &openai_chat_ops, &openai_completion_ops,
@@ -486,6 +491,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd; (void)what;
     api_server *s = arg;
     job_tick(s);
+    fwd_tick(s);
     publish_serving(s);
     registry_unload_idle(s->reg, s->cfg.idle_unload_s);
 }
@@ -554,7 +560,7 @@ int api_server_new(const api_config *cfg, api_server **out)
         .cluster = cfg->cluster, .pipeline = cfg->pipeline, .min_nodes = cfg->min_nodes,
         .wire_f32 = cfg->wire_f32, .split_tensor = cfg->split_tensor, .weights = cfg->weights,
     };
-    if ((rc = registry_new(&rcfg, job_models_changed, s, &s->reg)))
+    if ((rc = registry_new(&rcfg, job_models_changed, s, &s->reg)) || (rc = fwd_attach(s)))
         goto fail;
     struct timeval tick = { 0, 100 * 1000 };
     event_add(s->tick_ev, &tick);
@@ -589,6 +595,8 @@ void api_server_free(api_server *s)
 {
     if (!s)
         return;
+    if (s->base)
+        fwd_detach(s);              /* before the connections it answers on close */
     registry_free(s->reg);          /* engines end; their requests report on_done */
     if (s->base)
         job_shutdown(s);

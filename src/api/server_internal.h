@@ -57,6 +57,7 @@ struct api_server {
     bool models_changed;
     /* every live job (event-loop thread) */
     api_job *jobs;
+    struct fwd_side *fwd;           /* requests forwarded to or from other nodes */
 };
 
 /* A logprobs record of one generated token. */
@@ -137,7 +138,22 @@ void job_token_text(const api_job *j, int32_t id, strbuf *out);
 /* finish_reason of the job's end. */
 const char *job_finish_reason(const api_job *j);
 
+/* ---- forward.c ---- */
+int  fwd_attach(api_server *s);         /* with cfg.forward: takes its messages */
+void fwd_detach(api_server *s);         /* ends every forward; before freeing the loop */
+/* Whether req came from this node's forwarder (then no key is needed and it
+ * is not forwarded again). */
+bool fwd_internal(api_server *s, struct evhttp_request *req);
+/* Sends a generation request to the node that serves model `name`, when that is
+ * where it should run; false: run it here. */
+bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, const char *name,
+               const char *body, size_t len, const char *key_id);
+void fwd_tick(api_server *s);           /* clients gone, forwards ended */
+
 /* ---- writer.c ---- */
+/* Whether the client closed its socket while its request computes (libevent
+ * does not read the socket then); false without a connection. */
+bool http_client_closed(struct evhttp_connection *evcon);
 /* A whole JSON reply (steals `body`; NULL means 500 out of memory). */
 void http_reply_json(api_server *s, struct evhttp_request *req, int status, json_t *body,
                      const char *extra_header, const char *extra_value);

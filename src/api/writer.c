@@ -4,10 +4,12 @@
 #include "server_internal.h"
 #include "base/mem.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
 #include <string.h>
+#include <sys/socket.h>
 
 static void send_body(api_server *s, struct evhttp_request *req, int status, const char *ctype,
                       const char *body, size_t len)
@@ -59,6 +61,18 @@ void http_reply_error(api_server *s, struct evhttp_request *req, bool ollama, co
     char retry[16];
     snprintf(retry, sizeof retry, "%d", 1);
     http_reply_json(s, req, e->status, body, e->status == 429 ? "Retry-After" : NULL, retry);
+}
+
+/* Looks for end-of-file without taking any bytes. */
+bool http_client_closed(struct evhttp_connection *evcon)
+{
+    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    if (fd < 0)
+        return false;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 void http_stream_start(api_job *j, const char *content_type)

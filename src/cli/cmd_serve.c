@@ -107,6 +107,7 @@ int cmd_serve(int argc, char **argv)
     struct cluster *cl = NULL;
     pipeline *pipe = NULL;
     weights *wts = NULL;
+    api_forward *fwd = NULL;
     char state_dir[600], models_dir[700], listen[64];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -302,8 +303,13 @@ int cmd_serve(int argc, char **argv)
         }
         if (pipe)
             pipeline_set_weights(pipe, wts);
+        if (cl && api_forward_new(cl, &fwd)) {
+            rc = cli_error("serve: forwarding");
+            goto out;
+        }
         cfg.weights = wts;
         cfg.pipeline = pipe;
+        cfg.forward = fwd;
     }
     api_server *s;
     if (api_server_new(&cfg, &s)) {
@@ -331,9 +337,10 @@ int cmd_serve(int argc, char **argv)
 out:
     pipeline_stop(pipe);    /* stages send through the cluster */
     weights_stop(wts);      /* so does the weight server */
-    cluster_free(cl);       /* its thread calls into the pipeline and weights */
+    cluster_free(cl);       /* its thread calls into the pipeline, weights, forwarder */
     pipeline_free(pipe);
     weights_free(wts);
+    api_forward_free(fwd);
     for (int i = 0; i < n_keys; i++)
         rc_free(keys[i]);
     rc_free(keys);

@@ -9,6 +9,8 @@
 #   f16 wire gives the same greedy tokens on it; GET /v1/cluster shows the
 #   plan; a stage node killed mid-request ends the request promptly with an
 #   error naming the node, and the next request succeeds on the nodes left;
+#   a node asked for a model another node serves forwards the request there,
+#   and a forwarded stream whose serving node is killed ends naming it;
 #   a model larger than each node's address-space limit (RLIMIT_AS, ~65% of
 #   the model) fails on one node and runs across two, the second node
 #   pulling only its layers' bytes from the first, each node's peak
@@ -130,11 +132,21 @@ if [ -f "$T/n4/models/$MODEL.gguf.ranges" ] && [ "$used" -gt 0 ] && [ "$used" -l
   ok "node 4, without the file, pulled only the layers it ran (${layers% }) from a peer ($used of $msize bytes, sparse, with a manifest)"
 else bad "weight pull: $part uses $used of $msize bytes (layers pulled: $layers)"; fi
 
-# a request to node 4 for a model only other nodes have: it pulls the file's
-# head (tokenizer, sizes), places the model and answers through itself
+# a request to node 4 for a model node 1 serves: node 4 forwards it there
 got=$(complete 10.77.0.4 "$P-n4" "${PROMPTS[1]}" 24)
-if [ "$got" = "${REF[1]}" ]; then ok "a node without the model file answers a request for it (the same text)"
+heads4=$(view 4 | jq '.pipelines.instances | length')
+if [ "$got" = "${REF[1]}" ] && [ "$heads4" = 0 ] && grep -q "forward: /v1/completions for $MODEL to node" "$T/n4.out"; then
+  ok "a node asked for a model another node serves forwards the request there (the same text, no second instance)"
+else bad "node 4 forwarding: $got (instances headed by node 4: $heads4)"; fi
+# with nobody serving it, node 4 pulls the file's head (tokenizer, sizes),
+# places the model and answers through itself
+ip netns exec "$P-n1" curl -s --max-time 10 "http://10.77.0.1:8080/v1/instances/stop" -d "{\"model\":\"$MODEL\"}" >/dev/null
+wait_for 10 sh -c "! ip netns exec $P-n4 curl -s --max-time 2 http://10.77.0.4:8080/v1/cluster | jq -e '.nodes[] | select(.serving | index(\"$MODEL\"))' >/dev/null"
+got=$(complete 10.77.0.4 "$P-n4" "${PROMPTS[1]}" 24)
+if [ "$got" = "${REF[1]}" ]; then ok "a node without the model file answers a request for it nobody serves (the same text)"
 else bad "node 4 without the file: $got"; fi
+ip netns exec "$P-n4" curl -s --max-time 10 "http://10.77.0.4:8080/v1/instances/stop" -d "{\"model\":\"$MODEL\"}" >/dev/null
+wait_for 10 sh -c "! ip netns exec $P-n1 curl -s --max-time 2 http://10.77.0.1:8080/v1/cluster | jq -e '.nodes[] | select(.serving | index(\"$MODEL\"))' >/dev/null"
 
 # concurrent requests over 4 stages (micro-batches in flight) stay exact
 pids=()
@@ -198,6 +210,29 @@ n_stages=$(view 1 | jq "[.models[] | select(.name == \"$MODEL\") | .plan.stages[
 if [ "$got" = "${REF[0]}" ] && [ "$n_stages" = 3 ]; then
   ok "the next request is placed again on the 3 nodes left and answers the same"
 else bad "after the loss: $got ($n_stages stages)"; fi
+
+# ---- the serving node dies under a forwarded stream ----
+# (a node that could run the model alone runs its own copy: this one is
+# told to split it, so it forwards; restarting it, a stage node, breaks
+# node 1's instance, which the next request places again)
+asker=
+for i in 2 3 4; do [ "$i" != "$victim" ] && [ -z "$asker" ] && asker=$i; done
+stop_node "$asker"
+start_node "$asker" --join "$TOKEN" --peer 10.77.0.1 --min-nodes 3
+wait_for 20 n_up 1 3
+complete 10.77.0.1 "$P-n1" "${PROMPTS[0]}" 4 >/dev/null
+wait_for 10 sh -c "ip netns exec $P-n$asker curl -s --max-time 2 http://10.77.0.$asker:8080/v1/cluster | jq -e '.nodes[] | select(.serving | index(\"$MODEL\"))' >/dev/null"
+t0=$(now_ms)
+ip netns exec "$P-n$asker" curl -s --max-time 60 "http://10.77.0.$asker:8080/v1/completions" \
+  -d "{\"model\":\"$MODEL\",\"prompt\":\"hello\",\"max_tokens\":480,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" >"$T/fwcut.out" &
+cpid=$!
+sleep 0.3
+stop_node 1 KILL
+wait "$cpid"
+dt=$(( $(now_ms) - t0 ))
+if grep -q '"text"' "$T/fwcut.out" && grep -q "node node1 .*went down" "$T/fwcut.out" && [ "$dt" -lt 10000 ]; then
+  ok "the serving node killed under a forwarded stream: it ends with an error naming the node after $dt ms"
+else bad "killed serving node: $(tail -c 300 "$T/fwcut.out") after $dt ms"; fi
 
 # ---- the default f16 wire, on the golden models (weights like real ones) ----
 G=${RACIMO_GOLDEN:-../shared/golden}/logits

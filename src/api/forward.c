@@ -1,0 +1,774 @@
+/* forward.c - API requests forwarded between nodes.
+ *
+ * A node asked for a model that another node of its cluster serves, and
+ * that it would not run alone (it would have to split it over nodes, or
+ * it does not hold the file), sends the request over the cluster link to
+ * that node and relays the answer to its client as it comes: the one
+ * instance of a model split across machines answers the clients of every
+ * node, instead of each node placing an instance of its own.
+ *
+ * The serving node makes the request to its own HTTP server on loopback,
+ * marked with a secret that only this process knows (no API key is asked,
+ * and it is never forwarded again), so every endpoint behaves exactly as
+ * for a local client: its status, headers, SSE or NDJSON stream, errors.
+ *
+ * Messages (docs/cluster-protocol.md §12), little-endian, each naming the
+ * request by the id the asking node gave it:
+ *   FWD_REQUEST 0x58  u32 id, u16 path length, path, body
+ *   FWD_HEAD    0x59  u32 id, u32 status, u16 length, Content-Type
+ *   FWD_BODY    0x5a  u32 id, bytes of the body
+ *   FWD_END     0x5b  u32 id, u32 failed (0 or 1), message (when failed)
+ *   FWD_CANCEL  0x5c  u32 id (the client left)
+ *
+ * Threads: the cluster thread only queues messages and node-down events in
+ * the api_forward (under its mutex) and wakes the server's loop, which does
+ * everything else.
+ */
+#include "server_internal.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/os.h"
+#include "cluster/cluster.h"
+#include "cluster/wire.h"
+#include "placed.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/util.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { FWD_REQUEST = 0x58, FWD_HEAD = 0x59, FWD_BODY = 0x5a, FWD_END = 0x5b, FWD_CANCEL = 0x5c,
+       FWD_DOWN = -1 };
+
+#define FWD_MAX_IN 256                 /* requests run here for other nodes at once */
+#define FWD_CHUNK (256u << 10)         /* body bytes per FWD_BODY */
+#define FWD_QUEUE_MAX (64u << 20)      /* message bytes waiting for the loop */
+#define FWD_HEADER "X-Racimo-Forward"
+
+/* ---- the cluster side: a queue for the server's loop ---- */
+
+typedef struct fwd_msg {
+    struct fwd_msg *next;
+    int type;
+    char from[33];
+    size_t len;
+    uint8_t data[];
+} fwd_msg;
+
+struct api_forward {
+    struct cluster *c;
+    pthread_mutex_t mu;
+    struct event *wake;        /* the attached server's event; NULL: none */
+    fwd_msg *head, *tail;
+    size_t queued;
+};
+
+static void enqueue(api_forward *f, int type, const char *from, const uint8_t *data, size_t len)
+{
+    pthread_mutex_lock(&f->mu);
+    fwd_msg *m = NULL;
+    if (f->wake && f->queued + len <= FWD_QUEUE_MAX && (m = rc_malloc(sizeof *m + len))) {
+        m->next = NULL;
+        m->type = type;
+        snprintf(m->from, sizeof m->from, "%s", from);
+        m->len = len;
+        if (len)
+            memcpy(m->data, data, len);
+        if (f->tail)
+            f->tail->next = m;
+        else
+            f->head = m;
+        f->tail = m;
+        f->queued += len;
+        event_active(f->wake, EV_READ, 0);
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (!m && type != FWD_DOWN)
+        rc_log(LOG_WARN, "forward: dropped a message of type 0x%02x from node %.8s (%s)", type,
+               from, f->wake ? "queue full" : "no API server");
+}
+
+static void on_msg(void *ud, const char *from, int type, const uint8_t *data, size_t len)
+{
+    enqueue(ud, type, from, data, len);
+}
+
+static void on_down(void *ud, const char *node)
+{
+    enqueue(ud, FWD_DOWN, node, NULL, 0);
+}
+
+int api_forward_new(struct cluster *c, api_forward **out)
+{
+    *out = NULL;
+    api_forward *f = rc_calloc(1, sizeof *f);
+    if (!f)
+        return rc_fail(RC_ENOMEM, "out of memory");
+    f->c = c;
+    pthread_mutex_init(&f->mu, NULL);
+    int rc = cluster_add_handler(c, 0x58, 0x5f, on_msg, f);
+    if (!rc)
+        rc = cluster_add_down_handler(c, on_down, f);
+    if (rc) {
+        pthread_mutex_destroy(&f->mu);
+        rc_free(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+static void free_queue(fwd_msg *m)
+{
+    while (m) {
+        fwd_msg *next = m->next;
+        rc_free(m);
+        m = next;
+    }
+}
+
+void api_forward_free(api_forward *f)
+{
+    if (!f)
+        return;
+    free_queue(f->head);
+    pthread_mutex_destroy(&f->mu);
+    rc_free(f);
+}
+
+/* ---- the server side (event-loop thread) ---- */
+
+/* A request this node sent to another (the client is here). */
+typedef struct fwd_out {
+    struct fwd_out *next;
+    api_server *s;
+    uint32_t id;
+    char node[33], node_name[64];
+    struct evhttp_request *req;     /* NULL once answered or freed by libevent */
+    struct evhttp_connection *evcon;
+    bool req_owned;                 /* detached by libevent: ours to free */
+    bool started, done;
+    int status;
+    char ctype[64];
+    char path[32], model[128], client[64], key_id[16];
+    uint64_t t0_ns;
+} fwd_out;
+
+/* A request another node sent here, running against this node's server. */
+typedef struct fwd_in {
+    struct fwd_in *next;
+    struct fwd_side *fs;
+    char from[33];
+    uint32_t id;
+    struct evhttp_connection *conn; /* to this node's own server */
+    bool ended;
+    char error[128];
+} fwd_in;
+
+struct fwd_side {
+    api_forward *f;
+    api_server *s;
+    struct event *ev;
+    char secret[33];
+    fwd_out *outs;
+    fwd_in *ins;
+    int n_ins;
+    uint32_t next_id;
+    unsigned rr;                    /* turns among nodes serving the same model */
+};
+
+static void send_msg(api_server *s, const char *to, int type, uint32_t id, const void *a,
+                     size_t na, const void *b, size_t nb)
+{
+    uint8_t *m = rc_malloc(4 + na + nb);
+    if (!m)
+        return;
+    wire_put32(m, id);
+    if (na)
+        memcpy(m + 4, a, na);
+    if (nb)
+        memcpy(m + 4 + na, b, nb);
+    cluster_send(s->cfg.cluster, to, type, m, 4 + na + nb);
+    rc_free(m);
+}
+
+static void send_end(api_server *s, const char *to, uint32_t id, const char *error)
+{
+    uint8_t flag[4];
+    wire_put32(flag, error ? 1 : 0);
+    send_msg(s, to, FWD_END, id, flag, 4, error, error ? strlen(error) : 0);
+}
+
+/* -- the serving side -- */
+
+static void in_unlink_free(fwd_in *fi)
+{
+    struct fwd_side *fs = fi->fs;
+    for (fwd_in **pp = &fs->ins; *pp; pp = &(*pp)->next)
+        if (*pp == fi) {
+            *pp = fi->next;
+            break;
+        }
+    fs->n_ins--;
+    if (fi->conn)
+        evhttp_connection_free(fi->conn);    /* with its request, if still pending */
+    rc_free(fi);
+}
+
+static int in_header(struct evhttp_request *req, void *arg)
+{
+    fwd_in *fi = arg;
+    api_server *s = fi->fs->s;
+    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
+    size_t n = ct ? strnlen(ct, 200) : 0;
+    uint8_t hdr[6];
+    wire_put32(hdr, (uint32_t)evhttp_request_get_response_code(req));
+    hdr[4] = (uint8_t)(n & 0xff);
+    hdr[5] = (uint8_t)(n >> 8);
+    send_msg(s, fi->from, FWD_HEAD, fi->id, hdr, sizeof hdr, ct, n);
+    return 0;
+}
+
+static void in_body(struct evhttp_request *req, void *arg)
+{
+    fwd_in *fi = arg;
+    api_server *s = fi->fs->s;
+    struct evbuffer *b = evhttp_request_get_input_buffer(req);
+    size_t n;
+    while ((n = evbuffer_get_length(b)) > 0) {
+        if (n > FWD_CHUNK)
+            n = FWD_CHUNK;
+        send_msg(s, fi->from, FWD_BODY, fi->id, evbuffer_pullup(b, (ev_ssize_t)n), n, NULL, 0);
+        evbuffer_drain(b, n);
+    }
+}
+
+static void in_error(enum evhttp_request_error e, void *arg)
+{
+    fwd_in *fi = arg;
+    snprintf(fi->error, sizeof fi->error, "%s",
+             e == EVREQ_HTTP_TIMEOUT ? "timed out" : e == EVREQ_HTTP_EOF ? "closed early"
+             : e == EVREQ_HTTP_INVALID_HEADER ? "sent a malformed header"
+             : e == EVREQ_HTTP_BUFFER_ERROR ? "failed to read" : "failed");
+}
+
+/* The whole answer is in (or the request failed: req NULL).  The
+ * connection is freed by the next sweep, outside its own callback. */
+static void in_done(struct evhttp_request *req, void *arg)
+{
+    fwd_in *fi = arg;
+    api_server *s = fi->fs->s;
+    if (req && evhttp_request_get_response_code(req) > 0) {
+        in_body(req, fi);
+        send_end(s, fi->from, fi->id, NULL);
+    } else {
+        char why[200];
+        snprintf(why, sizeof why, "the serving node's own API %s",
+                 fi->error[0] ? fi->error : "did not answer");
+        send_end(s, fi->from, fi->id, why);
+    }
+    fi->ended = true;
+}
+
+static const char *const forwardable[] = { "/v1/chat/completions", "/v1/completions",
+                                           "/api/chat", "/api/generate" };
+
+static void in_start(api_server *s, const char *from, const uint8_t *d, size_t len)
+{
+    struct fwd_side *fs = s->fwd;
+    if (len < 6)
+        return;                                   /* no id to answer to */
+    uint32_t id = wire_get32(d);
+    size_t pl = (size_t)d[4] | (size_t)d[5] << 8;
+    char path[64] = "";
+    bool ok = false;
+    if (pl < sizeof path && 6 + pl <= len) {
+        memcpy(path, d + 6, pl);
+        path[pl] = '\0';
+        for (size_t i = 0; i < sizeof forwardable / sizeof forwardable[0]; i++)
+            ok |= !strcmp(path, forwardable[i]);
+    }
+    const uint8_t *body = d + 6 + pl;
+    size_t blen = ok ? len - 6 - pl : 0;
+    char why[200] = "";
+    if (!ok)
+        snprintf(why, sizeof why, "a forwarded request must be a generation endpoint");
+    else if (blen > s->cfg.max_body_bytes)
+        snprintf(why, sizeof why, "the request body is larger than the limit of %zu bytes",
+                 s->cfg.max_body_bytes);
+    else if (fs->n_ins >= FWD_MAX_IN)
+        snprintf(why, sizeof why, "this node runs %d forwarded requests already", FWD_MAX_IN);
+    for (fwd_in *o = fs->ins; o && !why[0]; o = o->next)
+        if (o->id == id && !strcmp(o->from, from))
+            snprintf(why, sizeof why, "request %u is running already", (unsigned)id);
+    if (why[0]) {
+        rc_log(LOG_WARN, "forward: refused request %u from node %.8s: %s", (unsigned)id, from, why);
+        send_end(s, from, id, why);
+        return;
+    }
+    fwd_in *fi = rc_calloc(1, sizeof *fi);
+    const char *host = s->cfg.host && *s->cfg.host ? s->cfg.host : "127.0.0.1";
+    if (!strcmp(host, "0.0.0.0"))
+        host = "127.0.0.1";
+    else if (!strcmp(host, "::"))
+        host = "::1";
+    struct evhttp_request *req = NULL;
+    if (fi) {
+        fi->fs = fs;
+        fi->id = id;
+        snprintf(fi->from, sizeof fi->from, "%s", from);
+        fi->next = fs->ins;
+        fs->ins = fi;
+        fs->n_ins++;
+        fi->conn = evhttp_connection_base_new(s->base, NULL, host, (ev_uint16_t)s->port);
+    }
+    if (fi && fi->conn && (req = evhttp_request_new(in_done, fi))) {
+        /* a model may load for minutes before the first byte */
+        struct timeval day = { 86400, 0 };
+        evhttp_connection_set_timeout_tv(fi->conn, &day);
+        evhttp_request_set_header_cb(req, in_header);
+        evhttp_request_set_chunked_cb(req, in_body);
+        evhttp_request_set_error_cb(req, in_error);
+        struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+        evhttp_add_header(h, "Host", "racimo");
+        evhttp_add_header(h, "Content-Type", "application/json");
+        evhttp_add_header(h, "Connection", "close");
+        evhttp_add_header(h, FWD_HEADER, fs->secret);
+        evbuffer_add(evhttp_request_get_output_buffer(req), body, blen);
+        if (evhttp_make_request(fi->conn, req, EVHTTP_REQ_POST, path) == 0) {
+            rc_log(LOG_INFO, "forward: running %s for node %.8s", path, from);
+            return;
+        }
+        req = NULL;             /* evhttp_make_request owns it (or freed it) once called */
+    }
+    if (req)
+        evhttp_request_free(req);
+    send_end(s, from, id, "out of memory, or cannot reach this node's own API");
+    if (fi)
+        in_unlink_free(fi);
+}
+
+static fwd_in *find_in(struct fwd_side *fs, const char *from, uint32_t id)
+{
+    for (fwd_in *fi = fs->ins; fi; fi = fi->next)
+        if (fi->id == id && !strcmp(fi->from, from))
+            return fi;
+    return NULL;
+}
+
+/* The asking node's client left, or the node went down: the connection to
+ * this node's server closes, which cancels the generation there. */
+static void in_cancel(fwd_in *fi)
+{
+    if (!fi->ended)
+        rc_log(LOG_INFO, "forward: node %.8s cancelled its request %u", fi->from,
+               (unsigned)fi->id);
+    in_unlink_free(fi);
+}
+
+/* -- the asking side -- */
+
+static void out_free(api_server *s, fwd_out *o)
+{
+    for (fwd_out **pp = &s->fwd->outs; *pp; pp = &(*pp)->next)
+        if (*pp == o) {
+            *pp = o->next;
+            break;
+        }
+    if (o->evcon)
+        evhttp_connection_set_closecb(o->evcon, NULL, NULL);
+    if (o->req && o->req_owned)
+        evhttp_request_free(o->req);
+    rc_free(o);
+}
+
+static void out_log(api_server *s, fwd_out *o)
+{
+    metrics_request(s->metrics, o->path, o->status);
+    access_entry e = {
+        .client = o->client, .key_id = o->key_id[0] ? o->key_id : NULL, .method = "POST",
+        .path = o->path, .model = o->model, .status = o->status, .ttft_ms = -1,
+        .total_ms = (double)(os_now_ns() - o->t0_ns) * 1e-6, .finish = "forwarded",
+    };
+    access_log_write(s->alog, &e);
+}
+
+/* Ends a forwarded request: its answer is complete, or it failed (why). */
+static void out_end(api_server *s, fwd_out *o, const char *why)
+{
+    if (o->done)
+        return;
+    o->done = true;
+    if (o->evcon) {
+        evhttp_connection_set_closecb(o->evcon, NULL, NULL);
+        o->evcon = NULL;
+    }
+    bool ollama = srv_is_ollama_path(o->path);
+    if (why && !o->req_owned)
+        rc_log(LOG_WARN, "forward: %s for %s to node %.8s (%s) failed: %s", o->path, o->model,
+               o->node, o->node_name, why);
+    if (o->req && !o->req_owned && !o->started) {
+        api_error e;
+        api_fail(&e, 502, "forward_failed", NULL, "node %s (%.8s), which serves %s, %s",
+                 o->node_name, o->node, o->model, why ? why : "sent an empty answer");
+        o->status = 502;
+        http_reply_error(s, o->req, ollama, &e);
+    } else if (o->req && !o->req_owned) {
+        if (why) {
+            /* the stream says why it stops, in its own format */
+            api_error e;
+            api_fail(&e, 502, "forward_failed", NULL, "node %s (%.8s), which serves %s, %s",
+                     o->node_name, o->node, o->model, why);
+            json_t *j = !strncmp(o->ctype, "text/event-stream", 17) ? openai_error_json(&e)
+                        : !strncmp(o->ctype, "application/x-ndjson", 20)
+                        ? json_pack("{s:s}", "error", e.message) : NULL;
+            char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+            json_decref(j);
+            struct evbuffer *b = t ? evbuffer_new() : NULL;
+            if (b) {
+                evbuffer_add_printf(b, ollama ? "%s\n" : "data: %s\n\n", t);
+                evhttp_send_reply_chunk(o->req, b);
+                evbuffer_free(b);
+            }
+            free(t);
+        }
+        struct evhttp_connection *evcon = evhttp_request_get_connection(o->req);
+        if (evcon)
+            evhttp_connection_set_timeout(evcon, s->cfg.timeout_s);
+        evhttp_send_reply_end(o->req);
+    }
+    if (!o->req_owned)
+        o->req = NULL;
+    out_log(s, o);
+    out_free(s, o);
+}
+
+/* libevent: the client's connection is going away. */
+static void out_close(struct evhttp_connection *evcon, void *arg)
+{
+    (void)evcon;
+    fwd_out *o = arg;
+    o->evcon = NULL;
+    /* as in job.c: a request detached from the dying connection is ours to
+     * free; one still attached is freed by libevent right after this */
+    if (o->req) {
+        if (evhttp_request_get_connection(o->req) == NULL)
+            o->req_owned = true;
+        else
+            o->req = NULL;
+    }
+    o->done = true;                    /* freed by the next sweep */
+    o->status = 499;
+    send_msg(o->s, o->node, FWD_CANCEL, o->id, NULL, 0, NULL, 0);
+}
+
+static fwd_out *find_out(struct fwd_side *fs, const char *from, uint32_t id)
+{
+    for (fwd_out *o = fs->outs; o; o = o->next)
+        if (o->id == id && !strcmp(o->node, from))
+            return o;
+    return NULL;
+}
+
+static void out_head(api_server *s, fwd_out *o, const uint8_t *d, size_t len)
+{
+    if (o->started || len < 10)
+        return;
+    int status = (int)wire_get32(d + 4);
+    size_t n = (size_t)d[8] | (size_t)d[9] << 8;
+    if (n > len - 10)
+        n = len - 10;
+    if (n >= sizeof o->ctype)
+        n = sizeof o->ctype - 1;
+    for (size_t i = 0; i < n; i++)
+        o->ctype[i] = d[10 + i] >= 0x20 && d[10 + i] < 0x7f ? (char)d[10 + i] : '?';
+    o->ctype[n] = '\0';
+    if (status < 100 || status > 599)
+        status = 502;
+    o->started = true;
+    o->status = status;
+    if (!o->req)
+        return;
+    struct evkeyvalq *h = evhttp_request_get_output_headers(o->req);
+    evhttp_add_header(h, "Content-Type", o->ctype[0] ? o->ctype : "application/json");
+    evhttp_add_header(h, "Cache-Control", "no-cache");
+    srv_cors_headers(s, o->req);
+    evhttp_send_reply_start(o->req, status, NULL);
+    /* like a local stream: quiet for long is fine, a client not reading is not */
+    struct evhttp_connection *evcon = evhttp_request_get_connection(o->req);
+    if (evcon) {
+        struct timeval wt = { s->cfg.timeout_s, 0 };
+        bufferevent_set_timeouts(evhttp_connection_get_bufferevent(evcon), NULL, &wt);
+    }
+}
+
+static void out_body(api_server *s, fwd_out *o, const uint8_t *d, size_t len)
+{
+    if (!o->started)
+        out_head(s, o, (const uint8_t[10]){ 0, 0, 0, 0, 200, 0, 0, 0, 0, 0 }, 10);
+    if (!o->req || len <= 4)
+        return;
+    struct evbuffer *b = evbuffer_new();
+    if (b) {
+        evbuffer_add(b, d + 4, len - 4);
+        evhttp_send_reply_chunk(o->req, b);
+        evbuffer_free(b);
+    }
+}
+
+static void handle_msg(api_server *s, fwd_msg *m)
+{
+    struct fwd_side *fs = s->fwd;
+    if (m->type == FWD_DOWN) {
+        for (fwd_out *o = fs->outs, *next; o; o = next) {
+            next = o->next;
+            if (!strcmp(o->node, m->from))
+                out_end(s, o, "went down while answering");
+        }
+        for (fwd_in *fi = fs->ins, *next; fi; fi = next) {
+            next = fi->next;
+            if (!strcmp(fi->from, m->from))
+                in_cancel(fi);
+        }
+        return;
+    }
+    if (m->len < 4)
+        return;
+    uint32_t id = wire_get32(m->data);
+    if (m->type == FWD_REQUEST) {
+        in_start(s, m->from, m->data, m->len);
+    } else if (m->type == FWD_CANCEL) {
+        fwd_in *fi = find_in(fs, m->from, id);
+        if (fi)
+            in_cancel(fi);
+    } else {
+        fwd_out *o = find_out(fs, m->from, id);
+        if (!o || o->done)
+            return;                   /* not ours, or the client left */
+        if (m->type == FWD_HEAD) {
+            out_head(s, o, m->data, m->len);
+        } else if (m->type == FWD_BODY) {
+            out_body(s, o, m->data, m->len);
+        } else if (m->type == FWD_END) {
+            char why[256] = "";
+            bool failed = m->len >= 8 && wire_get32(m->data + 4) != 0;
+            if (failed) {
+                size_t n = m->len - 8 < sizeof why - 1 ? m->len - 8 : sizeof why - 1;
+                for (size_t i = 0; i < n; i++)
+                    why[i] = m->data[8 + i] >= 0x20 && m->data[8 + i] != 0x7f
+                             ? (char)m->data[8 + i] : '?';
+                why[n] = '\0';
+            }
+            out_end(s, o, failed ? (why[0] ? why : "failed") : NULL);
+        }
+    }
+}
+
+static void drain_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd; (void)what;
+    api_server *s = arg;
+    api_forward *f = s->fwd->f;
+    pthread_mutex_lock(&f->mu);
+    fwd_msg *m = f->head;
+    f->head = f->tail = NULL;
+    f->queued = 0;
+    pthread_mutex_unlock(&f->mu);
+    while (m) {
+        fwd_msg *next = m->next;
+        handle_msg(s, m);
+        rc_free(m);
+        m = next;
+    }
+}
+
+int fwd_attach(api_server *s)
+{
+    api_forward *f = s->cfg.forward;
+    if (!f || !s->cfg.cluster)
+        return 0;
+    struct fwd_side *fs = rc_calloc(1, sizeof *fs);
+    if (!fs || !(fs->ev = event_new(s->base, -1, 0, drain_cb, s))) {
+        rc_free(fs);
+        return rc_fail(RC_ENOMEM, "out of memory");
+    }
+    uint8_t raw[16];
+    evutil_secure_rng_get_bytes(raw, sizeof raw);
+    for (int i = 0; i < 16; i++)
+        snprintf(fs->secret + 2 * i, 3, "%02x", raw[i]);
+    evutil_secure_rng_get_bytes(&fs->next_id, sizeof fs->next_id);
+    fs->f = f;
+    fs->s = s;
+    s->fwd = fs;
+    pthread_mutex_lock(&f->mu);
+    f->wake = fs->ev;
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+}
+
+void fwd_detach(api_server *s)
+{
+    struct fwd_side *fs = s->fwd;
+    if (!fs)
+        return;
+    pthread_mutex_lock(&fs->f->mu);
+    fs->f->wake = NULL;
+    free_queue(fs->f->head);
+    fs->f->head = fs->f->tail = NULL;
+    fs->f->queued = 0;
+    pthread_mutex_unlock(&fs->f->mu);
+    while (fs->outs) {
+        fwd_out *o = fs->outs;
+        if (!o->done) {
+            send_msg(s, o->node, FWD_CANCEL, o->id, NULL, 0, NULL, 0);
+            out_end(s, o, "was left: this node is stopping");
+        } else {
+            out_free(s, o);
+        }
+    }
+    while (fs->ins) {
+        if (!fs->ins->ended)
+            send_end(s, fs->ins->from, fs->ins->id, "stopped: the serving node is shutting down");
+        in_unlink_free(fs->ins);
+    }
+    event_free(fs->ev);
+    rc_free(fs);
+    s->fwd = NULL;
+}
+
+bool fwd_internal(api_server *s, struct evhttp_request *req)
+{
+    const char *v = evhttp_find_header(evhttp_request_get_input_headers(req), FWD_HEADER);
+    return s->fwd && v && !strcmp(v, s->fwd->secret);
+}
+
+/* The node to ask for model `name`, if another node serves it and this
+ * node would not run it alone (it does not serve it, is not loading it,
+ * and would have to split it or pull it); turns among several. */
+static bool pick_node(api_server *s, const char *name, char node[33], char node_name[64],
+                      char want[128])
+{
+    api_model *m = registry_find(s->reg, name);
+    if (m) {
+        int st = registry_state(s->reg, m, NULL, 0);
+        if (st == MODEL_READY || st == MODEL_LOADING)
+            return false;
+    }
+    size_t len = strlen(name);
+    if (len > 7 && !strcmp(name + len - 7, ":latest"))
+        len -= 7;
+    snprintf(want, 128, "%.*s", (int)(len < 127 ? len : 127), m ? m->name : name);
+    json_t *view = cluster_snapshot(s->cfg.cluster), *n, *v;
+    size_t i, k;
+    const char *ids[64], *names[64];
+    int n_cand = 0;
+    json_array_foreach(json_object_get(view, "nodes"), i, n) {
+        const char *st = json_string_value(json_object_get(n, "state"));
+        const char *proto = json_string_value(json_object_get(n, "protocol"));
+        int major = 0, minor = 0;
+        if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")) || !proto ||
+            sscanf(proto, "%d.%d", &major, &minor) != 2 || major != WIRE_PROTO_MAJOR || minor < 2)
+            continue;
+        json_array_foreach(json_object_get(n, "serving"), k, v)
+            if (json_is_string(v) && !strcmp(json_string_value(v), want) && n_cand < 64) {
+                ids[n_cand] = json_string_value(json_object_get(n, "id"));
+                names[n_cand++] = json_string_value(json_object_get(n, "name"));
+            }
+    }
+    bool found = false;
+    if (n_cand > 0 && !(m && !m->remote &&
+                        placed_runs_here(registry_get_config(s->reg), m->name, m->path))) {
+        int pick = (int)(s->fwd->rr++ % (unsigned)n_cand);
+        snprintf(node, 33, "%s", ids[pick] ? ids[pick] : "");
+        snprintf(node_name, 64, "%s", names[pick] ? names[pick] : "?");
+        found = node[0] != '\0';
+    }
+    json_decref(view);
+    return found;
+}
+
+bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, const char *name,
+               const char *body, size_t len, const char *key_id)
+{
+    struct fwd_side *fs = s->fwd;
+    if (!fs || !name)
+        return false;
+    fwd_out *o = rc_calloc(1, sizeof *o);
+    if (!o || !pick_node(s, name, o->node, o->node_name, o->model)) {
+        rc_free(o);
+        return false;
+    }
+    o->id = fs->next_id++;
+    size_t pl = strlen(path);
+    uint8_t *msg = rc_malloc(6 + pl + len);
+    int rc = RC_ENOMEM;
+    if (msg) {
+        wire_put32(msg, o->id);
+        msg[4] = (uint8_t)(pl & 0xff);
+        msg[5] = (uint8_t)(pl >> 8);
+        memcpy(msg + 6, path, pl);
+        if (len)
+            memcpy(msg + 6 + pl, body, len);
+        rc = cluster_send(s->cfg.cluster, o->node, FWD_REQUEST, msg, 6 + pl + len);
+        rc_free(msg);
+    }
+    if (rc) {
+        rc_log(LOG_WARN, "forward: cannot reach node %.8s (%s) for %s; running it here",
+               o->node, o->node_name, o->model);
+        rc_free(o);
+        return false;
+    }
+    rc_log(LOG_INFO, "forward: %s for %s to node %.8s (%s), which serves it", path, o->model,
+           o->node, o->node_name);
+    o->s = s;
+    o->req = req;
+    o->t0_ns = os_now_ns();
+    o->status = 200;
+    snprintf(o->path, sizeof o->path, "%s", path);
+    snprintf(o->key_id, sizeof o->key_id, "%s", key_id ? key_id : "");
+    o->evcon = evhttp_request_get_connection(req);
+    if (o->evcon) {
+        const char *addr = NULL;
+        ev_uint16_t port = 0;
+        evhttp_connection_get_peer(o->evcon, (char **)&addr, &port);
+        snprintf(o->client, sizeof o->client, "%s:%u", addr ? addr : "?", (unsigned)port);
+        evhttp_connection_set_closecb(o->evcon, out_close, o);
+    }
+    o->next = fs->outs;
+    fs->outs = o;
+    return true;
+}
+
+void fwd_tick(api_server *s)
+{
+    struct fwd_side *fs = s->fwd;
+    if (!fs)
+        return;
+    for (fwd_out *o = fs->outs, *next; o; o = next) {
+        next = o->next;
+        if (!o->done && !o->started && http_client_closed(o->evcon)) {
+            /* libevent does not read a socket while its request is out:
+             * answer anyway, so that it meets the closed socket */
+            api_error e;
+            api_fail(&e, 503, "client_gone", NULL, "the client went away");
+            evhttp_connection_set_closecb(o->evcon, NULL, NULL);
+            o->evcon = NULL;
+            http_reply_error(s, o->req, srv_is_ollama_path(o->path), &e);
+            o->req = NULL;
+            o->done = true;
+            o->status = 499;
+            send_msg(s, o->node, FWD_CANCEL, o->id, NULL, 0, NULL, 0);
+        }
+        if (o->done) {
+            out_log(s, o);
+            out_free(s, o);
+        }
+    }
+    for (fwd_in *fi = fs->ins, *next; fi; fi = next) {
+        next = fi->next;
+        if (fi->ended)
+            in_unlink_free(fi);
+    }
+}

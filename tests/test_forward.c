@@ -1,0 +1,364 @@
+/* test_forward.c - API requests forwarded between nodes, in this process
+ * (two nodes with their clusters, pipelines, weights and HTTP servers on
+ * loopback): a request at the node that does not serve a model is answered
+ * by the node that does, streams included, without a second instance;
+ * the serving node needs none of the client's keys; a client that leaves
+ * cancels the generation there; hostile forwarding messages are refused or
+ * ignored; the serving node stopping ends the stream with an error naming
+ * it. */
+#include "test.h"
+#include "cluster_util.h"
+#include "http_util.h"
+#include "model_util.h"
+
+#include "api/api.h"
+#include "base/err.h"
+#include "cluster/cluster.h"
+#include "cluster/pipeline.h"
+#include "cluster/weights.h"
+#include "cluster/wire.h"
+#include "tensor/types.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    struct cluster *c;
+    pipeline *p;
+    weights *w;
+    api_forward *f;
+    api_server *s;
+    pthread_t th;
+    api_config cfg;
+    const char *keys[1];
+    char dir[600], models[700], log[800];
+} node;
+
+static void *serve(void *arg)
+{
+    api_server_run(arg);
+    return NULL;
+}
+
+/* `file`: a model the node holds as fw.gguf (NULL: none). */
+static void start(node *n, const char *name, const char *token, const node *peer, const char *key,
+                  const char *file)
+{
+    char addr[64];
+    const char *peers[1];
+    cluster_config cc;
+    memset(n, 0, sizeof *n);
+    test_cluster_config(&cc, name, token, peer ? cluster_port(peer->c) : 0, n->dir,
+                        sizeof n->dir, n->models, sizeof n->models, addr, peers);
+    if (file) {
+        char path[800];
+        snprintf(path, sizeof path, "%s/fw.gguf", n->models);
+        CHECK(link(file, path) == 0);      /* weights are served from inside the folder only */
+    }
+    CHECK_OK(cluster_new(&cc, &n->c, NULL));
+    CHECK_OK(pipeline_new(n->c, 1, &n->p));
+    CHECK_OK(weights_new(n->c, n->models, "", &n->w));
+    pipeline_set_weights(n->p, n->w);
+    CHECK_OK(api_forward_new(n->c, &n->f));
+    snprintf(n->log, sizeof n->log, "%s/access.log", n->dir);
+    n->keys[0] = key;
+    api_config_default(&n->cfg);
+    n->cfg.port = 0;
+    n->cfg.models_dir = n->models;
+    n->cfg.ro_dirs = "";
+    n->cfg.threads = 1;
+    n->cfg.ctx_size = 2048;             /* a stream long enough to leave in the middle */
+    n->cfg.parallel = 2;
+    n->cfg.api_keys = n->keys;
+    n->cfg.n_api_keys = 1;
+    n->cfg.access_log = n->log;
+    n->cfg.cluster = n->c;
+    n->cfg.pipeline = n->p;
+    n->cfg.weights = n->w;
+    n->cfg.forward = n->f;
+    n->cfg.min_nodes = 2;               /* the model runs across both nodes */
+    CHECK_OK(api_server_new(&n->cfg, &n->s));
+    cluster_set_http_port(n->c, api_server_port(n->s));
+    CHECK_OK(cluster_start(n->c));
+    CHECK(pthread_create(&n->th, NULL, serve, n->s) == 0);
+}
+
+static void stop(node *n)
+{
+    if (!n->s)
+        return;
+    api_server_stop(n->s);
+    pthread_join(n->th, NULL);
+    api_server_free(n->s);
+    pipeline_stop(n->p);
+    weights_stop(n->w);
+    cluster_free(n->c);
+    pipeline_free(n->p);
+    weights_free(n->w);
+    api_forward_free(n->f);
+    n->s = NULL;
+}
+
+static int port(const node *n) { return api_server_port(n->s); }
+
+/* Whether `n` sees node `id` up and serving `name` (NULL: just up). */
+static bool sees(node *n, const char *id, const char *name)
+{
+    json_t *s = cluster_snapshot(n->c), *x, *v;
+    size_t i, k;
+    bool ok = false;
+    json_array_foreach(json_object_get(s, "nodes"), i, x) {
+        if (strcmp(json_string_value(json_object_get(x, "id")), id) ||
+            strcmp(json_string_value(json_object_get(x, "state")), "up"))
+            continue;
+        ok = !name;
+        json_array_foreach(json_object_get(x, "serving"), k, v)
+            ok = ok || !strcmp(json_string_value(v), name);
+    }
+    json_decref(s);
+    return ok;
+}
+
+static void wait_sees(node *n, const char *id, const char *name)
+{
+    for (int t = 0; t < 15000; t += 20) {
+        if (sees(n, id, name))
+            return;
+        usleep(20000);
+    }
+    FAIL("node %s never saw node %.8s %s", cluster_self_id(n->c), id, name ? "serving" : "up");
+}
+
+/* The body of a response, de-chunked in place when it came chunked. */
+static char *body_of(char *resp)
+{
+    char *b = strstr(resp, "\r\n\r\n");
+    CHECK(b);
+    b += 4;
+    if (!strstr(resp, "Transfer-Encoding: chunked"))
+        return b;
+    char *out = b, *in = b;
+    for (;;) {
+        unsigned long n = strtoul(in, &in, 16);
+        CHECK(in[0] == '\r' && in[1] == '\n');
+        in += 2;
+        if (!n)
+            break;
+        memmove(out, in, n);
+        out += n;
+        in += n + 2;
+    }
+    *out = '\0';
+    return b;
+}
+
+static void content_of(char *resp, char *out, size_t cap)
+{
+    json_t *j = json_loads(body_of(resp), 0, NULL);
+    const char *c = json_string_value(json_object_get(
+        json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message"), "content"));
+    CHECK(c);
+    snprintf(out, cap, "%s", c);
+    json_decref(j);
+}
+
+/* A node that speaks the forwarding messages by hand. */
+typedef struct {
+    pthread_mutex_t mu;
+    int n;
+    int type[64];
+    uint32_t id[64];
+    char text[64][256];
+} seen;
+
+static void on_fwd(void *ud, const char *from, int type, const uint8_t *data, size_t len)
+{
+    (void)from;
+    seen *s = ud;
+    pthread_mutex_lock(&s->mu);
+    if (s->n < 64 && len >= 4) {
+        s->type[s->n] = type;
+        s->id[s->n] = wire_get32(data);
+        size_t skip = type == 0x5b ? 8 : type == 0x59 ? 4 : 4;
+        size_t k = len > skip ? len - skip : 0;
+        if (k > 255)
+            k = 255;
+        if (type == 0x59 && len >= 8)
+            snprintf(s->text[s->n], 256, "%u", (unsigned)wire_get32(data + 4));
+        else {
+            memcpy(s->text[s->n], data + skip, k);
+            s->text[s->n][k] = '\0';
+        }
+        s->n++;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void send_request(struct cluster *c, const char *to, uint32_t id, const char *path,
+                         const char *body)
+{
+    uint8_t m[1024];
+    size_t pl = strlen(path), bl = strlen(body);
+    wire_put32(m, id);
+    m[4] = (uint8_t)pl;
+    m[5] = 0;
+    memcpy(m + 6, path, pl);
+    memcpy(m + 6 + pl, body, bl);
+    CHECK_OK(cluster_send(c, to, 0x58, m, 6 + pl + bl));
+}
+
+/* Waits for the FWD_END of request id; returns its index. */
+static int wait_end(seen *s, uint32_t id)
+{
+    for (int t = 0; t < 20000; t += 10) {
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < s->n; i++)
+            if (s->type[i] == 0x5b && s->id[i] == id) {
+                pthread_mutex_unlock(&s->mu);
+                return i;
+            }
+        pthread_mutex_unlock(&s->mu);
+        usleep(10000);
+    }
+    FAIL("no FWD_END for request %u", (unsigned)id);
+}
+
+static bool log_has(const node *n, const char *a, const char *b)
+{
+    FILE *f = fopen(n->log, "r");
+    char line[8192];
+    bool ok = false;
+    while (f && fgets(line, sizeof line, f))
+        ok = ok || (strstr(line, a) && strstr(line, b));
+    if (f)
+        fclose(f);
+    return ok;
+}
+
+#define KA "Authorization: Bearer ka\r\n"
+#define KB "Authorization: Bearer kb\r\n"
+#define CHAT(extra) "{\"model\":\"fw\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," \
+                    "\"temperature\":0" extra "}"
+
+TEST_T(forward_requests_between_nodes, 180)
+{
+    static char buf[1 << 17];
+    static node a, b;
+    start(&a, "fa", NULL, NULL, "ka", test_make_model("tiny", TT_Q8_0, NULL));
+    start(&b, "fb", cluster_join_token(a.c), &a, "kb", NULL);
+    const char *ida = cluster_self_id(a.c), *idb = cluster_self_id(b.c);
+    wait_sees(&a, idb, NULL);
+    wait_sees(&b, ida, NULL);
+
+    /* node a places the model over both nodes and heads it */
+    char want[4096], got[4096];
+    CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":6"),
+                           buf, sizeof buf), ==, 200);
+    content_of(buf, want, sizeof want);
+    wait_sees(&b, ida, "fw");
+
+    /* node b answers with node a's instance: same tokens, b's key only */
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB, CHAT(",\"max_tokens\":6"),
+                           buf, sizeof buf), ==, 200);
+    content_of(buf, got, sizeof got);
+    CHECK_STR(got, want);
+    CHECK_INT(http_request(port(&b), "GET", "/v1/cluster", KB, NULL, buf, sizeof buf), ==, 200);
+    json_t *v = json_loads(body_of(buf), 0, NULL);
+    CHECK_INT(json_array_size(json_object_get(json_object_get(v, "pipelines"), "instances")), ==, 0);
+    json_decref(v);
+    CHECK(log_has(&b, "\"finish\":\"forwarded\"", "\"status\":200"));
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":2"),
+                           buf, sizeof buf), ==, 401);          /* b's keys, not a's */
+
+    /* streams, in both styles */
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB,
+                           CHAT(",\"max_tokens\":4,\"stream\":true"), buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "text/event-stream"));
+    CHECK(strstr(body_of(buf), "chat.completion.chunk"));
+    CHECK(strstr(buf, "data: [DONE]"));
+    CHECK_INT(http_request(port(&b), "POST", "/api/generate", KB,
+                           "{\"model\":\"fw\",\"prompt\":\"hi\",\"options\":{\"num_predict\":3}}",
+                           buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "application/x-ndjson"));
+    CHECK(strstr(body_of(buf), "\"done\":true"));
+
+    /* the forwarder's mark is a secret: a wrong one is just a missing key */
+    CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", "X-Racimo-Forward: 00\r\n",
+                           CHAT(",\"max_tokens\":2"), buf, sizeof buf), ==, 401);
+
+    /* a client that leaves cancels the generation on the serving node */
+    int fd = http_open(port(&b), "POST", "/v1/chat/completions", KB,
+                       CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
+    CHECK(read(fd, buf, 64) > 0);
+    close(fd);
+    int t;
+    for (t = 0; t < 20000 && !log_has(&a, "\"finish\":\"cancelled\"", "chat/completions"); t += 50)
+        usleep(50000);
+    CHECK(log_has(&a, "\"finish\":\"cancelled\"", "chat/completions"));
+
+    /* hostile or stray messages: refused with a reason, or ignored */
+    static seen s;
+    pthread_mutex_init(&s.mu, NULL);
+    char dir[600], models[700], addr[64];
+    const char *peers[1];
+    cluster_config cc;
+    test_cluster_config(&cc, "fc", cluster_join_token(a.c), cluster_port(a.c), dir, sizeof dir,
+                        models, sizeof models, addr, peers);
+    struct cluster *c;
+    CHECK_OK(cluster_new(&cc, &c, NULL));
+    CHECK_OK(cluster_add_handler(c, 0x58, 0x5f, on_fwd, &s));
+    CHECK_OK(cluster_start(c));
+    for (t = 0; t < 8000 && !(cluster_send(c, ida, 0x58, "abc", 3) == 0); t += 20)
+        usleep(20000);
+    send_request(c, ida, 7, "/v1/instances/stop", "{\"model\":\"fw\"}");
+    CHECK(strstr(s.text[wait_end(&s, 7)], "generation endpoint"));
+    send_request(c, ida, 8, "/v1/completions",
+                 "{\"model\":\"fw\",\"prompt\":\"hi\",\"max_tokens\":3,\"temperature\":0}");
+    send_request(c, ida, 8, "/v1/completions", "{}");             /* the same id again */
+    int e = wait_end(&s, 8);
+    CHECK(strstr(s.text[e], "running already"));
+    e = -1;
+    for (t = 0; t < 20000 && e < 0; t += 10) {
+        pthread_mutex_lock(&s.mu);
+        int ends = 0;
+        for (int i = 0; i < s.n; i++)
+            if (s.type[i] == 0x5b && s.id[i] == 8 && ++ends == 2)
+                e = i;
+        pthread_mutex_unlock(&s.mu);
+        usleep(10000);
+    }
+    CHECK(e >= 0);
+    bool head = false, body = false;
+    for (int i = 0; i < e; i++) {
+        head |= s.type[i] == 0x59 && s.id[i] == 8 && !strcmp(s.text[i], "200");
+        body |= s.type[i] == 0x5a && s.id[i] == 8 && strstr(s.text[i], "text_completion");
+    }
+    CHECK(head && body);
+    CHECK_STR(s.text[e], "");                                     /* ended well */
+    uint8_t junk[16] = { 1, 2, 3, 4, 0xc8, 0, 0, 0, 5, 0, 'x' };
+    for (int type = 0x59; type <= 0x5f; type++)
+        CHECK_OK(cluster_send(c, idb, type, junk, sizeof junk));   /* ids b never gave */
+    cluster_free(c);
+    pthread_mutex_destroy(&s.mu);
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB, CHAT(",\"max_tokens\":6"),
+                           buf, sizeof buf), ==, 200);
+    content_of(buf, got, sizeof got);
+    CHECK_STR(got, want);
+
+    /* the serving node stopping ends a forwarded stream with a reason */
+    fd = http_open(port(&b), "POST", "/v1/chat/completions", KB,
+                   CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
+    CHECK(read(fd, buf, 64) > 0);
+    stop(&a);
+    size_t len = 0;
+    ssize_t n;
+    while (len + 1 < sizeof buf && (n = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)n;
+    buf[len] = '\0';
+    close(fd);
+    CHECK(strstr(buf, "node fa") && strstr(buf, "forward_failed"));
+    CHECK_INT(http_request(port(&b), "GET", "/health", NULL, NULL, buf, sizeof buf), ==, 200);
+    stop(&b);
+}
