@@ -210,14 +210,17 @@ TEST_T(cluster_link_gossip_view, 60)
         CHECK(json_is_array(json_object_get(nb, "addresses")));
         json_decref(s);
     }
-    /* what a node serves reaches the others */
+    /* what a node serves, and its free slots, reach the others */
     const char *serving[] = { "tiny" };
-    cluster_set_serving(b, serving, 1);
+    const int free_slots[] = { 3 };
+    cluster_set_serving(b, serving, free_slots, 1);
     int ok = 0;
     for (int t = 0; t < 100 && !ok; t++) {
         json_t *s = cluster_snapshot(a);
         json_t *sv = json_object_get(find_node(s, idb), "serving");
-        ok = json_array_size(sv) == 1 && !strcmp(json_string_value(json_array_get(sv, 0)), "tiny");
+        json_t *fr = json_object_get(json_object_get(find_node(s, idb), "serving_free"), "tiny");
+        ok = json_array_size(sv) == 1 && !strcmp(json_string_value(json_array_get(sv, 0)), "tiny") &&
+             json_integer_value(fr) == 3;
         json_decref(s);
         usleep(20000);
     }

@@ -5,7 +5,8 @@
  * the serving node needs none of the client's keys; a client that leaves
  * cancels the generation there; hostile forwarding messages are refused or
  * ignored; the serving node stopping ends the stream with an error naming
- * it. */
+ * it.  Copies of a model that fits one node balance: a busy copy's node
+ * passes a request to a copy with a free slot. */
 #include "test.h"
 #include "cluster_util.h"
 #include "http_util.h"
@@ -35,6 +36,8 @@ typedef struct {
     const char *keys[1];
     char dir[600], models[700], log[800];
 } node;
+
+static int t_min_nodes = 2, t_parallel = 2;   /* what start() gives a node */
 
 static void *serve(void *arg)
 {
@@ -70,7 +73,7 @@ static void start(node *n, const char *name, const char *token, const node *peer
     n->cfg.ro_dirs = "";
     n->cfg.threads = 1;
     n->cfg.ctx_size = 2048;             /* a stream long enough to leave in the middle */
-    n->cfg.parallel = 2;
+    n->cfg.parallel = t_parallel;
     n->cfg.api_keys = n->keys;
     n->cfg.n_api_keys = 1;
     n->cfg.access_log = n->log;
@@ -78,7 +81,7 @@ static void start(node *n, const char *name, const char *token, const node *peer
     n->cfg.pipeline = n->p;
     n->cfg.weights = n->w;
     n->cfg.forward = n->f;
-    n->cfg.min_nodes = 2;               /* the model runs across both nodes */
+    n->cfg.min_nodes = t_min_nodes;     /* 2: the model runs across both nodes */
     CHECK_OK(api_server_new(&n->cfg, &n->s));
     cluster_set_http_port(n->c, api_server_port(n->s));
     CHECK_OK(cluster_start(n->c));
@@ -225,17 +228,20 @@ static int wait_end(seen *s, uint32_t id)
     FAIL("no FWD_END for request %u", (unsigned)id);
 }
 
-static bool log_has(const node *n, const char *a, const char *b)
+/* Lines of n's access log that hold both a and b. */
+static int log_count(const node *n, const char *a, const char *b)
 {
     FILE *f = fopen(n->log, "r");
     char line[8192];
-    bool ok = false;
+    int k = 0;
     while (f && fgets(line, sizeof line, f))
-        ok = ok || (strstr(line, a) && strstr(line, b));
+        k += strstr(line, a) && strstr(line, b);
     if (f)
         fclose(f);
-    return ok;
+    return k;
 }
+
+static bool log_has(const node *n, const char *a, const char *b) { return log_count(n, a, b) > 0; }
 
 #define KA "Authorization: Bearer ka\r\n"
 #define KB "Authorization: Bearer kb\r\n"
@@ -246,6 +252,8 @@ TEST_T(forward_requests_between_nodes, 180)
 {
     static char buf[1 << 17];
     static node a, b;
+    t_min_nodes = 2;
+    t_parallel = 2;
     start(&a, "fa", NULL, NULL, "ka", test_make_model("tiny", TT_Q8_0, NULL));
     start(&b, "fb", cluster_join_token(a.c), &a, "kb", NULL);
     const char *ida = cluster_self_id(a.c), *idb = cluster_self_id(b.c);
@@ -338,6 +346,8 @@ TEST_T(forward_requests_between_nodes, 180)
     CHECK(head && body);
     CHECK_STR(s.text[e], "");                                     /* ended well */
     uint8_t junk[16] = { 1, 2, 3, 4, 0xc8, 0, 0, 0, 5, 0, 'x' };
+    for (t = 0; t < 8000 && cluster_send(c, idb, 0x5f, junk, sizeof junk) != 0; t += 20)
+        usleep(20000);                                            /* c meets b by gossip */
     for (int type = 0x59; type <= 0x5f; type++)
         CHECK_OK(cluster_send(c, idb, type, junk, sizeof junk));   /* ids b never gave */
     cluster_free(c);
@@ -360,5 +370,53 @@ TEST_T(forward_requests_between_nodes, 180)
     close(fd);
     CHECK(strstr(buf, "node fa") && strstr(buf, "forward_failed"));
     CHECK_INT(http_request(port(&b), "GET", "/health", NULL, NULL, buf, sizeof buf), ==, 200);
+    stop(&b);
+}
+
+/* Two copies of a model that fits each node: each node runs its own, and a
+ * request that finds every slot of its node's copy taken goes to the other
+ * copy when that one has a slot free. */
+TEST_T(forward_balances_busy_copies, 120)
+{
+    static char buf[1 << 17];
+    static node a, b;
+    t_min_nodes = 0;
+    t_parallel = 1;
+    const char *file = test_make_model("tiny", TT_Q8_0, NULL);
+    start(&a, "ga", NULL, NULL, "ka", file);
+    start(&b, "gb", cluster_join_token(a.c), &a, "kb", file);
+    const char *ida = cluster_self_id(a.c), *idb = cluster_self_id(b.c);
+    wait_sees(&a, idb, NULL);
+    wait_sees(&b, ida, NULL);
+    CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":2"),
+                           buf, sizeof buf), ==, 200);
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB, CHAT(",\"max_tokens\":2"),
+                           buf, sizeof buf), ==, 200);
+    CHECK_INT(log_count(&a, "forwarded", "") + log_count(&b, "forwarded", ""), ==, 0);
+    wait_sees(&a, idb, "fw");
+
+    /* node a's one slot is taken: the next request runs on node b */
+    int fd = http_open(port(&a), "POST", "/v1/chat/completions", KA,
+                       CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
+    CHECK(read(fd, buf, 64) > 0);
+    CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":4"),
+                           buf, sizeof buf), ==, 200);
+    CHECK(strstr(body_of(buf), "chat.completion"));
+    CHECK_INT(log_count(&a, "\"finish\":\"forwarded\"", "\"status\":200"), ==, 1);
+    CHECK_INT(log_count(&b, "\"status\":200", "\"finish\":\"length\""), ==, 2);
+    close(fd);
+
+    /* free again: node a answers itself */
+    int t;
+    for (t = 0; t < 10000; t += 20) {
+        http_request(port(&a), "GET", "/v1/cluster", KA, NULL, buf, sizeof buf);
+        if (strstr(buf, "\"active\":0") && strstr(buf, "\"queued\":0"))
+            break;
+        usleep(20000);
+    }
+    CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":2"),
+                           buf, sizeof buf), ==, 200);
+    CHECK_INT(log_count(&a, "\"finish\":\"forwarded\"", ""), ==, 1);
+    stop(&a);
     stop(&b);
 }

@@ -5,7 +5,10 @@
  * it does not hold the file), sends the request over the cluster link to
  * that node and relays the answer to its client as it comes: the one
  * instance of a model split across machines answers the clients of every
- * node, instead of each node placing an instance of its own.
+ * node, instead of each node placing an instance of its own.  A node whose
+ * own copy of a model has every sequence slot taken passes a new request
+ * to the copy with the most free slots (each node publishes them,
+ * `serving_free`), so copies share the load.
  *
  * The serving node makes the request to its own HTTP server on loopback,
  * marked with a secret that only this process knows (no API key is asked,
@@ -644,17 +647,29 @@ bool fwd_internal(api_server *s, struct evhttp_request *req)
     return s->fwd && v && !strcmp(v, s->fwd->secret);
 }
 
-/* The node to ask for model `name`, if another node serves it and this
- * node would not run it alone (it does not serve it, is not loading it,
- * and would have to split it or pull it); turns among several. */
+/* The node to ask for model `name`, or false to run it here.  Here when
+ * this node loads it, or serves it with a sequence slot free.  When it
+ * serves it with every slot taken: the node serving it with the most free
+ * slots, if any has one (balancing copies; otherwise it queues here).  When
+ * it does not serve it: a node that does, unless this node would run it
+ * alone (it holds the file and placement keeps it here); in turn among
+ * several. */
 static bool pick_node(api_server *s, const char *name, char node[33], char node_name[64],
                       char want[128])
 {
     api_model *m = registry_find(s->reg, name);
+    bool busy = false;
     if (m) {
         int st = registry_state(s->reg, m, NULL, 0);
-        if (st == MODEL_READY || st == MODEL_LOADING)
+        if (st == MODEL_LOADING)
             return false;
+        if (st == MODEL_READY) {
+            engine_stats es;
+            engine_get_stats(m->eng, &es);
+            if (es.n_active + es.n_queued < m->ep.n_seq)
+                return false;
+            busy = true;
+        }
     }
     size_t len = strlen(name);
     if (len > 7 && !strcmp(name + len - 7, ":latest"))
@@ -663,6 +678,7 @@ static bool pick_node(api_server *s, const char *name, char node[33], char node_
     json_t *view = cluster_snapshot(s->cfg.cluster), *n, *v;
     size_t i, k;
     const char *ids[64], *names[64];
+    json_int_t frees[64], most = 0;
     int n_cand = 0;
     json_array_foreach(json_object_get(view, "nodes"), i, n) {
         const char *st = json_string_value(json_object_get(n, "state"));
@@ -671,22 +687,34 @@ static bool pick_node(api_server *s, const char *name, char node[33], char node_
         if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")) || !proto ||
             sscanf(proto, "%d.%d", &major, &minor) != 2 || major != WIRE_PROTO_MAJOR || minor < 2)
             continue;
-        json_array_foreach(json_object_get(n, "serving"), k, v)
-            if (json_is_string(v) && !strcmp(json_string_value(v), want) && n_cand < 64) {
-                ids[n_cand] = json_string_value(json_object_get(n, "id"));
-                names[n_cand++] = json_string_value(json_object_get(n, "name"));
-            }
+        json_array_foreach(json_object_get(n, "serving"), k, v) {
+            if (!json_is_string(v) || strcmp(json_string_value(v), want) || n_cand == 64)
+                continue;
+            json_int_t fr = json_integer_value(
+                json_object_get(json_object_get(n, "serving_free"), want));
+            if (busy && fr <= 0)
+                continue;
+            if (fr > most)
+                most = fr;
+            frees[n_cand] = fr;
+            ids[n_cand] = json_string_value(json_object_get(n, "id"));
+            names[n_cand++] = json_string_value(json_object_get(n, "name"));
+        }
     }
-    bool found = false;
-    if (n_cand > 0 && !(m && !m->remote &&
-                        placed_runs_here(registry_get_config(s->reg), m->name, m->path))) {
-        int pick = (int)(s->fwd->rr++ % (unsigned)n_cand);
-        snprintf(node, 33, "%s", ids[pick] ? ids[pick] : "");
+    /* busy: among the nodes with the most free slots; otherwise among all */
+    int pick = -1, n_ok = 0, ok[64];
+    for (int c = 0; c < n_cand; c++)
+        if (!busy || frees[c] == most)
+            ok[n_ok++] = c;
+    if (n_ok > 0 && (busy || !(m && !m->remote && placed_runs_here(registry_get_config(s->reg),
+                                                                     m->name, m->path))))
+        pick = ok[s->fwd->rr++ % (unsigned)n_ok];
+    if (pick >= 0 && ids[pick]) {
+        snprintf(node, 33, "%s", ids[pick]);
         snprintf(node_name, 64, "%s", names[pick] ? names[pick] : "?");
-        found = node[0] != '\0';
     }
     json_decref(view);
-    return found;
+    return pick >= 0 && node[0] != '\0';
 }
 
 bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, const char *name,

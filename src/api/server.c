@@ -193,8 +193,9 @@ static int metrics(api_server *s, struct evhttp_request *req)
     return 200;
 }
 
-/* The models this node serves (loaded), published to its cluster; the
- * cluster sends them on only when they change. */
+/* The models this node serves (loaded) and their free sequence slots,
+ * published to its cluster; the cluster sends them on only when they
+ * change (forward.c balances busy copies with them). */
 static void publish_serving(api_server *s)
 {
     if (!s->cfg.cluster)
@@ -202,12 +203,18 @@ static void publish_serving(api_server *s)
     int n = 0, k = 0;
     api_model **list = registry_list(s->reg, &n);
     const char **names = list && n ? rc_calloc((size_t)n, sizeof *names) : NULL;
-    for (int i = 0; names && i < n; i++)
-        if (registry_state(s->reg, list[i], NULL, 0) == MODEL_READY)
+    int *free_slots = list && n ? rc_calloc((size_t)n, sizeof *free_slots) : NULL;
+    for (int i = 0; names && free_slots && i < n; i++)
+        if (registry_state(s->reg, list[i], NULL, 0) == MODEL_READY) {
+            engine_stats es;
+            engine_get_stats(list[i]->eng, &es);
+            free_slots[k] = list[i]->ep.n_seq - es.n_active - es.n_queued;
             names[k++] = list[i]->name;
-    if (names || !n)
-        cluster_set_serving(s->cfg.cluster, names, k);
+        }
+    if ((names && free_slots) || !n)
+        cluster_set_serving(s->cfg.cluster, names, free_slots, k);
     rc_free(names);
+    rc_free(free_slots);
     rc_free(list);
 }
 

@@ -170,13 +170,13 @@ json_t *cl__self_state(struct cluster *c)
     }
     char proto[16];
     snprintf(proto, sizeof proto, "%d.%d", c->major, c->minor);
-    return json_pack("{s:s, s:s, s:o, s:i, s:i, s:s, s:s, s:o, s:O, s:O, s:o, s:o}",
+    return json_pack("{s:s, s:s, s:o, s:i, s:i, s:s, s:s, s:o, s:O, s:O, s:O, s:o, s:o}",
                      "id", self->id_hex, "name", c->name, "addresses", addr_json(&self->addrs),
                      "cluster_port", c->port, "http_port", c->cfg.http_port,
                      "version", VERSION_TEXT, "protocol", proto,
                      "hardware", cl__hw_json(&c->hw),
                      "models", c->models, "serving", c->serving,
-                     "peers", peers, "links", links);
+                     "serving_free", c->serving_free, "peers", peers, "links", links);
 }
 
 static void send_state(struct cluster *c, cl_conn *only)
@@ -719,7 +719,8 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
         cl__bench_cached(c->state_dir, &c->hw);
     c->models = cl__models_scan(c->models_dir, c->ro_dirs);
     c->serving = json_array();
-    if (!(c->plain = rc_malloc(WIRE_FRAME_MAX)) || !c->models || !c->serving) {
+    c->serving_free = json_object();
+    if (!(c->plain = rc_malloc(WIRE_FRAME_MAX)) || !c->models || !c->serving || !c->serving_free) {
         r = rc_fail(RC_ENOMEM, "cluster");
         goto fail;
     }
@@ -827,11 +828,13 @@ json_t *cluster_snapshot(struct cluster *c)
             json_decref(info);
             continue;
         }
-        const char *copy[] = { "version", "protocol", "hardware", "models", "serving" };
+        const char *copy[] = { "version", "protocol", "hardware", "models", "serving",
+                               "serving_free" };
         for (size_t j = 0; j < sizeof copy / sizeof copy[0]; j++) {
             json_t *v = json_object_get(info, copy[j]);
             json_object_set_new(o, copy[j], v ? json_deep_copy(v)
-                                              : (j >= 3 ? json_array() : json_null()));
+                                              : j == 5 ? json_object()
+                                              : j >= 3 ? json_array() : json_null());
         }
         json_object_set_new(o, "down_for_ms", up ? json_null()
                             : json_integer((json_int_t)((cl__since(now, n->down_since_ns)) / MS)));
@@ -892,21 +895,30 @@ void cluster_set_http_port(struct cluster *c, int port)
         c->cfg.http_port = port;
 }
 
-void cluster_set_serving(struct cluster *c, const char *const *names, int n)
+void cluster_set_serving(struct cluster *c, const char *const *names, const int *free_slots, int n)
 {
-    json_t *arr = json_array();
-    for (int i = 0; arr && i < n; i++)
+    json_t *arr = json_array(), *fr = json_object();
+    for (int i = 0; arr && fr && i < n; i++) {
         json_array_append_new(arr, json_string(names[i]));
-    if (!arr)
+        if (free_slots)
+            json_object_set_new(fr, names[i], json_integer(free_slots[i] > 0 ? free_slots[i] : 0));
+    }
+    if (!arr || !fr) {
+        json_decref(arr);
+        json_decref(fr);
         return;
+    }
     pthread_mutex_lock(&c->mu);
-    if (json_equal(arr, c->serving)) {
+    if (json_equal(arr, c->serving) && json_equal(fr, c->serving_free)) {
         pthread_mutex_unlock(&c->mu);
         json_decref(arr);
+        json_decref(fr);
         return;
     }
     json_decref(c->serving);
+    json_decref(c->serving_free);
     c->serving = arr;
+    c->serving_free = fr;
     c->self_dirty = true;
     pthread_mutex_unlock(&c->mu);
     if (c->wake_ev)
@@ -1144,6 +1156,7 @@ void cluster_free(struct cluster *c)
     }
     json_decref(c->models);
     json_decref(c->serving);
+    json_decref(c->serving_free);
     rc_free(c->ro_dirs);
     rc_free(c->plain);
     if (c->mu_init)

@@ -76,7 +76,8 @@ int cluster_start(struct cluster *c);
  *               "state":"up"|"down","self":bool,"down_for_ms":n|null,
  *               "version","protocol","hardware":{"cores","threads","simd","cpu",
  *               "mem_total","mem_free","mem_bandwidth","matmul_gflops"},
- *               "models":[{"name","size_bytes"}],"serving":[names]}...],
+ *               "models":[{"name","size_bytes"}],"serving":[names],
+ *               "serving_free":{name: free slots}}...],
  *    "links": [{"from","to","rtt_ms","bandwidth_mbps"}...]}
  * Only members (nodes met, or vouched for by one) are listed; links only
  * between nodes up.  NULL only when out of memory. */
@@ -93,8 +94,10 @@ int cluster_port(const struct cluster *c);
  * Before cluster_start. */
 void cluster_set_http_port(struct cluster *c, int port);
 
-/* What this node serves (model names), published to the others. */
-void cluster_set_serving(struct cluster *c, const char *const *names, int n);
+/* What this node serves (model names) and, when free_slots is not NULL, how
+ * many more requests each could start at once (free sequence slots, not
+ * counting those queued), published to the others. */
+void cluster_set_serving(struct cluster *c, const char *const *names, const int *free_slots, int n);
 
 /* Whether this node's side sees a strict majority of the known membership
  * (the partition rule: only such a side may place or restart instances). */

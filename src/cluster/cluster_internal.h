@@ -159,6 +159,7 @@ struct cluster {
     cl_hw hw;                                 /* mu */
     json_t *models;                           /* mu */
     json_t *serving;                          /* mu */
+    json_t *serving_free;                     /* mu: {name: free sequence slots} */
     bool self_dirty;                          /* mu: send STATE now */
     uint64_t next_state_ns, next_scan_ns, next_mem_ns;
     bool peers_dirty;
