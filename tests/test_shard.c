@@ -48,7 +48,7 @@ static void check_shards_path(const char *path, const char *preset, int type, in
     }
     CHECK_INT(heads, ==, m_all->hp.n_head);
     CHECK_INT(kv, ==, m_all->hp.n_head_kv);
-    CHECK_INT(ff, ==, m_all->hp.n_ff);
+    CHECK_INT(ff, ==, m_all->hp.n_expert > 0 ? m_all->hp.n_ff_exp : m_all->hp.n_ff);
     CHECK_INT(vocab, ==, V);
     /* Every shard maps the embedding table for look-ups and keeps the
      * norms; the rest is cut. */
@@ -123,6 +123,9 @@ TEST(shard_llama_f32_exact_2)  { check_shards("tiny", TT_F32, MATMUL_EXACT, 2, 1
 TEST(shard_qwen2_q8_0_fast_2)  { check_shards("tiny-qwen2", TT_Q8_0, MATMUL_FAST, 2, 2e-3); }
 TEST(shard_qwen3_q4_0_fast_2)  { check_shards("tiny-qwen3", TT_Q4_0, MATMUL_FAST, 2, 2e-3); }
 TEST(shard_llama_q5_1_fast_2)  { check_shards("tiny", TT_Q5_1, MATMUL_FAST, 2, 2e-3); }
+/* mixture of experts: each shard holds a range of every expert's FFN units */
+TEST(shard_qwen3moe_f32_exact_2) { check_shards("tiny-qwen3moe", TT_F32, MATMUL_EXACT, 2, 1e-4); }
+TEST(shard_qwen3moe_q8_0_fast_2) { check_shards("tiny-qwen3moe", TT_Q8_0, MATMUL_FAST, 2, 2e-3); }
 
 TEST(shard_refuses_what_cannot_be_cut)
 {
@@ -134,9 +137,10 @@ TEST(shard_refuses_what_cannot_be_cut)
     /* Q4_K's 256-element blocks: attention output columns 128 wide per shard */
     CHECK_INT(model_load_shard(test_make_model("tiny", TT_Q4_K, NULL), 0, -1, 1, 2, &m), ==, RC_EINVAL);
     CHECK(strstr(rc_errmsg(), "attention output"));
-    CHECK_INT(model_load_shard(test_make_model("tiny-qwen3moe", TT_Q8_0, NULL), 0, -1, 0, 2, &m), ==,
-              RC_EUNSUPPORTED);
-    CHECK(strstr(rc_errmsg(), "mixture-of-experts"));
+    /* 256 FFN units per expert on Q4_K's 256-element blocks: one block, two shards */
+    CHECK_INT(model_load_shard(test_make_model("tiny-qwen3moe", TT_Q4_K, NULL), 0, -1, 0, 2, &m), ==,
+              RC_EINVAL);
+    CHECK(strstr(rc_errmsg(), "FFN units per expert"));
     CHECK_INT(model_load_shard(test_make_model("tiny", TT_Q8_0, NULL), 0, -1, 2, 2, &m), ==, RC_EINVAL);
     /* A shard's stage needs a way to sum */
     CHECK_OK(model_load_shard(test_make_model("tiny", TT_Q8_0, NULL), 0, -1, 0, 2, &m));

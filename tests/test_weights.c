@@ -74,13 +74,18 @@ static void wait_model(node *n, const char *id, const char *want)
 
 /* 8 layers 512 wide, F16: about 55 MB, tensors up to 1.5 MB (several
  * chunks each). */
+static const char *model_preset = "tiny";     /* what write_model writes */
+
 static void write_model(const char *path)
 {
     synth_params p;
-    CHECK_OK(synth_preset("tiny", &p));
+    CHECK_OK(synth_preset(model_preset, &p));
     p.n_layer = 8;
     p.n_embd = 512;
-    p.n_ff = 1536;
+    if (p.n_expert > 0)
+        p.n_ff_exp = 768;
+    else
+        p.n_ff = 1536;
     p.type = TT_F16;
     CHECK_OK(synth_write(path, &p));
 }
@@ -372,6 +377,30 @@ TEST_T(weights_pull_shard, 120)
     CHECK_INT(p0.total, <, size / 2);
     CHECK_OK(model_load_shard(path, 0, -1, 0, 2, &m));
     model_free(m);
+    stop(&b);
+    stop(&a);
+}
+
+/* The same for a mixture-of-experts model: a shard pulls its rows of every
+ * expert's gate and up (one range per expert) and the experts' down whole. */
+TEST_T(weights_pull_moe_shard, 120)
+{
+    node a, b;
+    char apath[800], path[1024];
+    model_preset = "tiny-qwen3moe";
+    a_has_model_b_not(&a, &b, apath, sizeof apath);
+    model_preset = "tiny";
+    progress_log pl = { 0 };
+    CHECK_OK(weights_ensure_shard(b.w, "m", 0, -1, 1, 2, NULL, progress, &pl, path, sizeof path));
+    uint64_t size = size_of(apath, NULL);
+    fprintf(stderr, "  MoE shard 1 of 2 pulled %.1f of %.1f MB\n", (double)pl.total / 1e6,
+            (double)size / 1e6);
+    CHECK_INT(pl.total, <, size * 3 / 4);
+    CHECK_INT(pl.total, >, size / 2);
+    float *la = shard_logits(apath, 1), *lb = shard_logits(path, 1);
+    CHECK(!memcmp(la, lb, sizeof(float) * 4 * 512));
+    free(la);
+    free(lb);
     stop(&b);
     stop(&a);
 }

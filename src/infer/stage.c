@@ -43,6 +43,7 @@ struct stage {
     float *ff_a;    /* [B][max(F, Fx)] gate */
     float *ff_b;    /* [B][max(F, Fx)] up */
     float *ff_o;    /* [B][E] FFN output before accumulation */
+    float *moe_acc; /* [B][E] a MoE shard's part of the experts' sum (shards only) */
     float *scores;  /* [n_threads][H / Hk][n_ctx] attention weights per thread */
     float *rope_cs; /* [B][rope_dim] cos, sin pairs per row */
     float *router;  /* [B][X] */
@@ -243,11 +244,17 @@ static int dense_ffn(stage *s, int B, const layer_weights *L)
 
 /* Top-K routing: softmax over experts, the K largest (lowest index on ties),
  * optionally renormalised to sum to 1.  Then each expert runs once over the
- * rows that chose it. */
-static void moe_ffn(stage *s, int B, const layer_weights *L)
+ * rows that chose it.  A tensor-parallel shard holds a range of every
+ * expert's FFN units: it adds its parts into moe_acc, and the sum over
+ * shards goes to the residual (the whole model adds straight into it). */
+static int moe_ffn(stage *s, int B, const layer_weights *L)
 {
     const model_hparams *hp = &s->m->hp;
-    const int E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, Fx = hp->n_ff_exp;
+    const int E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, Fx = s->m->shard.n_ff;
+    const bool cut = s->m->shard.n_ranks > 1;
+    float *acc = cut ? s->moe_acc : s->x;
+    if (cut)
+        memset(acc, 0, (size_t)B * E * sizeof(float));
     mm(s, &L->gate_inp, s->h, B, s->router);
     for (int r = 0; r < B; r++) {
         float *p = s->router + (size_t)r * X;
@@ -293,12 +300,20 @@ static void moe_ffn(stage *s, int B, const layer_weights *L)
         swiglu(s, s->ff_a, s->ff_b, (size_t)n * Fx);
         mm(s, &down, s->ff_a, n, s->ff_o);
         for (int i = 0; i < n; i++) {
-            float *x = s->x + (size_t)s->rows[i] * E;
+            float *x = acc + (size_t)s->rows[i] * E;
             const float *y = s->ff_o + (size_t)i * E;
             for (int j = 0; j < E; j++)
                 x[j] += s->rows_w[i] * y[j];
         }
     }
+    if (!cut)
+        return 0;
+    int rc = reduce(s, acc, B);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < (size_t)B * E; i++)
+        s->x[i] += acc[i];
+    return 0;
 }
 
 static int ffn_block(stage *s, int B, int il)
@@ -308,10 +323,8 @@ static int ffn_block(stage *s, int B, int il)
     const int E = hp->n_embd;
     for (int r = 0; r < B; r++)
         rmsnorm(s->h + (size_t)r * E, s->x + (size_t)r * E, L->ffn_norm.data, E, hp->rms_eps);
-    if (hp->n_expert > 0) {
-        moe_ffn(s, B, L);
-        return 0;
-    }
+    if (hp->n_expert > 0)
+        return moe_ffn(s, B, L);
     return dense_ffn(s, B, L);
 }
 
@@ -453,6 +466,8 @@ int stage_new(const model *m, const stage_params *p, stage **out)
         { (void **)&s->ff_a, B * ff, sizeof(float) },
         { (void **)&s->ff_b, B * ff, sizeof(float) },
         { (void **)&s->ff_o, B * E, sizeof(float) },
+        { (void **)&s->moe_acc, hp->n_expert > 0 && m->shard.n_ranks > 1 ? B * E : 1,
+          sizeof(float) },
         { (void **)&s->scores, (size_t)p->n_threads * (hp->n_head / hp->n_head_kv) * p->n_ctx,
           sizeof(float) },
         { (void **)&s->rope_cs, B * hp->rope_dim, sizeof(float) },
@@ -490,7 +505,7 @@ void stage_free(stage *s)
         return;
     pool_free(s->pool);
     kv_cache_free(&s->kv);
-    void *bufs[] = { s->x, s->h, s->q, s->k, s->v, s->att, s->ff_a, s->ff_b, s->ff_o,
+    void *bufs[] = { s->x, s->h, s->q, s->k, s->v, s->att, s->ff_a, s->ff_b, s->ff_o, s->moe_acc,
                      s->scores, s->rope_cs, s->router, s->sel, s->sel_w, s->rows,
                      s->rows_w, s->seq_len, s->len_was, s->mm_scratch };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)

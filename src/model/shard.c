@@ -5,9 +5,14 @@
  * output: rows of Wq/Wk/Wv (a shard's heads) then the same heads' columns of
  * Wo; rows of Wgate/Wup (a range of FFN units) then those columns of Wdown.
  * Query heads are dealt by key/value head, so a GQA group never straddles
- * two shards.  Rows are contiguous in the file and stay views into the
- * mapping; columns are not (every row holds a piece), so a shard copies its
- * columns once at load and lets the mapped pages go.
+ * two shards.  A mixture-of-experts layer is cut the same way inside every
+ * expert (the same range of each expert's FFN units: rows of its gate and
+ * up, columns of its down); the router is whole on every shard, which all
+ * route the same rows the same way, and each adds its part of every chosen
+ * expert's output before the sum over shards.  Rows are contiguous in the
+ * file and stay views into the mapping; columns are not (every row holds a
+ * piece), nor are the experts' rows, so a shard copies those once at load
+ * and lets the mapped pages go.
  */
 #include "shard.h"
 #include "base/err.h"
@@ -24,18 +29,16 @@ int model_shard_plan(const model_hparams *hp, int ff_align, int o_align, int ran
     memset(out, 0, sizeof *out);
     if (n_ranks < 1 || rank < 0 || rank >= n_ranks)
         return rc_fail(RC_EINVAL, "shard %d of %d does not exist", rank, n_ranks);
-    if (n_ranks > 1 && hp->n_expert > 0)
-        return rc_fail(RC_EUNSUPPORTED, "tensor parallelism is not implemented for "
-                       "mixture-of-experts models (%s)", hp->arch_name);
     const int H = hp->n_head, Hk = hp->n_head_kv, group = Hk > 0 ? H / Hk : 0;
+    const int n_ff = hp->n_expert > 0 ? hp->n_ff_exp : hp->n_ff;   /* per expert for MoE */
     if (Hk < n_ranks)
         return rc_fail(RC_EINVAL, "the model's %d key/value heads cannot be shared by %d nodes",
                        Hk, n_ranks);
-    if (ff_align <= 0 || o_align <= 0 || hp->n_ff % ff_align || hp->n_ff / ff_align < n_ranks)
-        return rc_fail(RC_EINVAL, "the model's %d FFN units cannot be cut in %d on %d-unit blocks",
-                       hp->n_ff, n_ranks, ff_align);
+    if (ff_align <= 0 || o_align <= 0 || n_ff % ff_align || n_ff / ff_align < n_ranks)
+        return rc_fail(RC_EINVAL, "the model's %d FFN units%s cannot be cut in %d on %d-unit "
+                       "blocks", n_ff, hp->n_expert > 0 ? " per expert" : "", n_ranks, ff_align);
     int kv0 = (int)((long)rank * Hk / n_ranks), kv1 = (int)((long)(rank + 1) * Hk / n_ranks);
-    int units = hp->n_ff / ff_align;
+    int units = n_ff / ff_align;
     int u0 = (int)((long)rank * units / n_ranks), u1 = (int)((long)(rank + 1) * units / n_ranks);
     *out = (model_shard){
         .rank = rank, .n_ranks = n_ranks,
@@ -69,30 +72,45 @@ static void elems(tensor *t, int64_t i0, int64_t n)
     t->row_bytes = (size_t)n * sizeof(float);
 }
 
-static int columns(model *m, tensor *t, int64_t c0, int64_t n)
+/* Copies rows [r0, r0 + nr) x columns [c0, c0 + nc) of every 2-D slice
+ * (expert) of t into memory the model owns, and lets the mapped pages go. */
+static int cut(model *m, tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc)
 {
+    if (!t->data)
+        return 0;
     const tensor_traits *tt = tensor_type_traits(t->type);
-    if (c0 % tt->block_size || n % tt->block_size)
+    if (c0 % tt->block_size || nc % tt->block_size)
         return rc_fail(RC_EINVAL, "%s: columns %lld-%lld do not fall on its %lld-element blocks",
-                       t->name, (long long)c0, (long long)(c0 + n - 1), (long long)tt->block_size);
+                       t->name, (long long)c0, (long long)(c0 + nc - 1), (long long)tt->block_size);
     void **owned = rc_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
     if (!owned)
         return rc_fail(RC_ENOMEM, "out of memory cutting %s", t->name);
     m->owned = owned;
-    size_t off = tensor_row_bytes(t->type, c0), row = tensor_row_bytes(t->type, n);
-    uint8_t *copy = rc_malloc_aligned(64, row * (size_t)t->ne[1] + 1);
+    const int64_t n2 = t->ne[2] > 1 ? t->ne[2] : 1;
+    size_t off = tensor_row_bytes(t->type, c0), row = tensor_row_bytes(t->type, nc);
+    uint8_t *copy = rc_malloc_aligned(64, row * (size_t)(nr * n2) + 1);
     if (!copy)
-        return rc_fail(RC_ENOMEM, "out of memory for %zu bytes of %s", row * (size_t)t->ne[1],
+        return rc_fail(RC_ENOMEM, "out of memory for %zu bytes of %s", row * (size_t)(nr * n2),
                        t->name);
     m->owned[m->n_owned++] = copy;
     const uint8_t *src = t->data;
-    for (int64_t r = 0; r < t->ne[1]; r++)
-        memcpy(copy + (size_t)r * row, src + (size_t)r * t->row_bytes + off, row);
-    os_mem_drop(src, t->row_bytes * (size_t)t->ne[1]);
+    for (int64_t e = 0; e < n2; e++)
+        for (int64_t r = 0; r < nr; r++)
+            memcpy(copy + (size_t)(e * nr + r) * row,
+                   src + ((size_t)(e * t->ne[1] + r0 + r)) * t->row_bytes + off, row);
+    os_mem_drop(src, t->row_bytes * (size_t)(t->ne[1] * n2));
     t->data = copy;
-    t->ne[0] = n;
+    t->ne[0] = nc;
+    t->ne[1] = nr;
     t->row_bytes = row;
     return 0;
+}
+
+/* The block size of a layer's FFN down matrix (dense or the experts'). */
+static int ff_block(const layer_weights *L)
+{
+    const tensor *d = L->w_down.data ? &L->w_down : &L->down_exps;
+    return d->data ? (int)tensor_type_traits(d->type)->block_size : 1;
 }
 
 static uint64_t bytes_of(const tensor *t)
@@ -105,17 +123,18 @@ int model_shard_apply(model *m, int rank, int n_ranks)
     const model_hparams *hp = &m->hp;
     if (n_ranks == 1) {
         m->shard = (model_shard){ .n_ranks = 1, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                                  .n_ff = hp->n_ff, .n_vocab = hp->n_vocab };
+                                  .n_ff = hp->n_expert > 0 ? hp->n_ff_exp : hp->n_ff,
+                                  .n_vocab = hp->n_vocab };
         return 0;
     }
     const int n_local = m->last - m->first;
     /* Every layer must cut the same way; the first layer's types decide. */
     const layer_weights *L0 = &m->layers[0];
-    int ff_align = L0->w_down.data ? (int)tensor_type_traits(L0->w_down.type)->block_size : 1;
+    int ff_align = ff_block(L0);
     int o_align = (int)tensor_type_traits(L0->wo.type)->block_size;
     for (int l = 1; l < n_local; l++) {
         const layer_weights *L = &m->layers[l];
-        int fa = L->w_down.data ? (int)tensor_type_traits(L->w_down.type)->block_size : 1;
+        int fa = ff_block(L);
         int oa = (int)tensor_type_traits(L->wo.type)->block_size;
         ff_align = fa > ff_align ? fa : ff_align;
         o_align = oa > o_align ? oa : o_align;
@@ -136,8 +155,11 @@ int model_shard_apply(model *m, int rank, int n_ranks)
         elems(&L->bv, s->kv0 * Dv, s->n_head_kv * Dv);
         rows(&L->w_gate, s->ff0, s->n_ff);
         rows(&L->w_up, s->ff0, s->n_ff);
-        if ((rc = columns(m, &L->wo, s->head0 * Dv, s->n_head * Dv)) ||
-            (rc = columns(m, &L->w_down, s->ff0, s->n_ff)))
+        if ((rc = cut(m, &L->wo, 0, L->wo.ne[1], s->head0 * Dv, s->n_head * Dv)) ||
+            (rc = cut(m, &L->w_down, 0, L->w_down.ne[1], s->ff0, s->n_ff)) ||
+            (rc = cut(m, &L->gate_exps, s->ff0, s->n_ff, 0, L->gate_exps.ne[0])) ||
+            (rc = cut(m, &L->up_exps, s->ff0, s->n_ff, 0, L->up_exps.ne[0])) ||
+            (rc = cut(m, &L->down_exps, 0, L->down_exps.ne[1], s->ff0, s->n_ff)))
             return rc;
         const tensor *all = (const tensor *)L;
         for (size_t i = 0; i < sizeof(layer_weights) / sizeof(tensor); i++)
@@ -193,7 +215,9 @@ int model_shard_ranges(const gguf_file *f, int first, int last, int rank, int n_
         return rc_fail(RC_ENOMEM, "out of memory planning a shard");
     model_shard s;
     if ((rc = model_tensor_needs(f, first, last, need)) ||
-        (rc = model_shard_plan(&hp, layer_align(f, first, last, "ffn_down.weight"),
+        (rc = model_shard_plan(&hp, hp.n_expert > 0 ? layer_align(f, first, last,
+                                                                  "ffn_down_exps.weight")
+                                                    : layer_align(f, first, last, "ffn_down.weight"),
                                layer_align(f, first, last, "attn_output.weight"), rank, n_ranks,
                                &s))) {
         rc_free(need);
@@ -212,6 +236,17 @@ int model_shard_ranges(const gguf_file *f, int first, int last, int rank, int n_
         uint64_t off = t->file_offset, end = off + t->size_bytes;
         /* rows [r0, r1) of a matrix, or elements of a vector */
         int64_t r0 = -1, r1 = -1;
+        if (n_ranks > 1 && (ends_with(t->name, "ffn_gate_exps.weight") ||
+                            ends_with(t->name, "ffn_up_exps.weight"))) {
+            /* the same rows of every expert's matrix */
+            uint64_t row = tensor_row_bytes((int)t->type, t->ne[0]);
+            for (int64_t e = 0; e < t->ne[2] && !rc; e++) {
+                uint64_t at = off + (uint64_t)(e * t->ne[1]) * row;
+                rc = range(ud, at + (uint64_t)s.ff0 * row, at + (uint64_t)(s.ff0 + s.n_ff) * row,
+                           t->name);
+            }
+            continue;
+        }
         if (n_ranks > 1 && !strncmp(t->name, "blk.", 4)) {
             for (size_t c = 0; c < sizeof cuts / sizeof cuts[0] && r0 < 0; c++) {
                 if (!ends_with(t->name, cuts[c].suffix))
