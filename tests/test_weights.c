@@ -344,29 +344,35 @@ static float *shard_logits(const char *path, int rank)
     return out;
 }
 
+/* Node b pulls shard 1 of 2 of node a's model: between half and three
+ * quarters of the file, and its copy computes what the shard computes from
+ * the whole file.  Returns the file's size; the copy's path in path. */
+static uint64_t pull_shard_1(node *b, const char *apath, char *path, size_t cap)
+{
+    progress_log pl = { 0 };
+    CHECK_OK(weights_ensure_shard(b->w, "m", 0, -1, 1, 2, NULL, progress, &pl, path, cap));
+    CHECK(strstr(path, "/b/models/m.gguf.part"));
+    uint64_t size = size_of(apath, NULL);
+    fprintf(stderr, "  %s shard 1 of 2 pulled %.1f of %.1f MB\n", model_preset,
+            (double)pl.total / 1e6, (double)size / 1e6);
+    CHECK_INT(pl.total, <, size * 3 / 4);
+    CHECK_INT(pl.total, >, size / 2);
+    float *la = shard_logits(apath, 1), *lb = shard_logits(path, 1);
+    CHECK(!memcmp(la, lb, sizeof(float) * 4 * 512));
+    free(la);
+    free(lb);
+    return size;
+}
+
 /* A tensor-parallel shard pulls its rows of the row-cut tensors and the
- * column-cut ones whole, not the file; its copy computes what the shard
- * computes from the whole file; the other shard and the whole model are
- * refused on that copy, naming what is missing. */
+ * column-cut ones whole, not the file; the other shard and the whole model
+ * are refused on that copy, naming what is missing. */
 TEST_T(weights_pull_shard, 120)
 {
     node a, b;
     char apath[800], path[1024];
     a_has_model_b_not(&a, &b, apath, sizeof apath);
-
-    progress_log pl = { 0 };
-    CHECK_OK(weights_ensure_shard(b.w, "m", 0, -1, 1, 2, NULL, progress, &pl, path, sizeof path));
-    CHECK(strstr(path, "/b/models/m.gguf.part"));
-    uint64_t size = size_of(apath, NULL);
-    fprintf(stderr, "  shard 1 of 2 pulled %.1f of %.1f MB\n", (double)pl.total / 1e6,
-            (double)size / 1e6);
-    CHECK_INT(pl.total, <, size * 3 / 4);
-    CHECK_INT(pl.total, >, size / 2);
-
-    float *la = shard_logits(apath, 1), *lb = shard_logits(path, 1);
-    CHECK(!memcmp(la, lb, sizeof(float) * 4 * 512));
-    free(la);
-    free(lb);
+    uint64_t size = pull_shard_1(&b, apath, path, sizeof path);
     model *m;
     CHECK_INT(model_load_shard(path, 0, -1, 0, 2, &m), ==, RC_ENOTFOUND);
     CHECK(strstr(rc_errmsg(), "shard 0 of 2") && strstr(rc_errmsg(), "blk.0.attn_q.weight"));
@@ -389,18 +395,8 @@ TEST_T(weights_pull_moe_shard, 120)
     char apath[800], path[1024];
     model_preset = "tiny-qwen3moe";
     a_has_model_b_not(&a, &b, apath, sizeof apath);
+    pull_shard_1(&b, apath, path, sizeof path);
     model_preset = "tiny";
-    progress_log pl = { 0 };
-    CHECK_OK(weights_ensure_shard(b.w, "m", 0, -1, 1, 2, NULL, progress, &pl, path, sizeof path));
-    uint64_t size = size_of(apath, NULL);
-    fprintf(stderr, "  MoE shard 1 of 2 pulled %.1f of %.1f MB\n", (double)pl.total / 1e6,
-            (double)size / 1e6);
-    CHECK_INT(pl.total, <, size * 3 / 4);
-    CHECK_INT(pl.total, >, size / 2);
-    float *la = shard_logits(apath, 1), *lb = shard_logits(path, 1);
-    CHECK(!memcmp(la, lb, sizeof(float) * 4 * 512));
-    free(la);
-    free(lb);
     stop(&b);
     stop(&a);
 }
