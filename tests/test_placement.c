@@ -261,6 +261,59 @@ TEST(placement_tensor_parallel)
     CHECK(!p.fits);
 }
 
+/* The shard counts a model file can be cut into, from its tensor infos. */
+static uint32_t ways_of(const char *preset, int type)
+{
+    gguf_file *f;
+    CHECK_OK(gguf_open_meta(test_make_model(preset, type, NULL), &f));
+    model_sizes ms;
+    CHECK_OK(model_sizes_read(f, &ms));
+    uint32_t w = ms.tp_ways;
+    model_sizes_free(&ms);
+    gguf_close(f);
+    return w;
+}
+
+/* --split auto: tensor parallel where placement expects it faster for one
+ * stream (fast links) and the model can be cut that many ways; layer
+ * ranges otherwise. */
+TEST(placement_auto_split)
+{
+    /* tiny: 2 key/value heads, 32-wide heads; Q4_K's 256-element blocks
+     * cannot take the attention output's cut */
+    CHECK_INT(ways_of("tiny", TT_Q8_0), ==, 1u << 2);
+    CHECK_INT(ways_of("tiny", TT_Q4_K), ==, 0);
+    CHECK_INT(ways_of("tiny-qwen3moe", TT_Q8_0), ==, 1u << 2);
+
+    fake_model fm;
+    fake(&fm, 32, 100, 100, 100, 0);
+    fm.ms.tp_ways = 1u << 2;
+    uint64_t each = 3400 * MiB * 6 / 10;     /* two nodes needed either way */
+    placement_node nodes[] = { node("n1", each, 30), node("n2", each, 30) };
+    placement_opts o = { .n_ctx = 16, .n_seq = 1, .auto_split = true, .tensor = true };
+    double fast[4] = { 0, 0.02, 0.02, 0 }, slow[4] = { 0, 5.0, 5.0, 0 };
+    placement p, layers;
+    CHECK_OK(placement_make(&fm.ms, nodes, 2, fast, &o, &p));
+    CHECK(p.fits && p.tensor && p.n_stages == 2);
+    placement_opts ol = { .n_ctx = 16, .n_seq = 1 };
+    CHECK_OK(placement_make(&fm.ms, nodes, 2, fast, &ol, &layers));
+    CHECK(p.tokens_per_s > layers.tokens_per_s);
+    /* 65 slow hops a token cost more than half the reading saves */
+    CHECK_OK(placement_make(&fm.ms, nodes, 2, slow, &o, &p));
+    CHECK(p.fits && !p.tensor && p.n_stages == 2);
+    CHECK_OK(placement_make(&fm.ms, nodes, 2, slow, &ol, &layers));
+    CHECK_NEAR(p.tokens_per_s, layers.tokens_per_s, 1e-9);
+    /* a model that cannot be cut in two stays in layer ranges */
+    fm.ms.tp_ways = 1u << 3;
+    CHECK_OK(placement_make(&fm.ms, nodes, 2, fast, &o, &p));
+    CHECK(p.fits && !p.tensor);
+    /* one node that holds it: no split at all */
+    placement_node big[] = { node("n1", 8 * GiB, 30), node("n2", each, 30) };
+    fm.ms.tp_ways = 1u << 2;
+    CHECK_OK(placement_make(&fm.ms, big, 2, fast, &o, &p));
+    CHECK(p.fits && !p.tensor && p.n_stages == 1);
+}
+
 TEST(placement_unequal_nodes_proportional)
 {
     fake_model fm;

@@ -51,6 +51,7 @@ typedef struct {
     bool split_tensor;                /* models split across nodes by tensor parallelism
                                          (every node a part of every layer) instead of
                                          layer ranges */
+    bool split_auto;                  /* whichever of the two placement expects faster */
     bool cache_f16;                   /* KV cache of local instances in f16 (default f32) */
     int idle_unload_s;                /* stop a model idle this long (0: never) */
     struct weights *weights;          /* with a cluster: a model only other nodes have is

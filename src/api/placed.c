@@ -46,7 +46,7 @@ static int place(const registry_config *cfg, const char *name, const model_hpara
         min_nodes = n;
     }
     placement_opts o = { .n_ctx = n_ctx, .n_seq = n_seq, .min_nodes = min_nodes,
-                         .tensor = cfg->split_tensor };
+                         .tensor = cfg->split_tensor, .auto_split = cfg->split_auto };
     rc = placement_make(ms, nodes, n, links, &o, pl);
     rc_free(nodes);
     rc_free(links);

@@ -83,6 +83,7 @@ typedef struct {
     int min_nodes;             /* placement option: at least this many stages */
     bool wire_f32;             /* pipeline hidden states as f32 */
     bool split_tensor;         /* placement option: tensor-parallel shards */
+    bool split_auto;           /* placement option: layers or shards, the faster */
     struct weights *weights;   /* with cluster: pulls models other nodes have */
 } registry_config;
 

@@ -565,7 +565,8 @@ int api_server_new(const api_config *cfg, api_server **out)
                     .n_threads = cfg->threads, .max_queue = cfg->queue,
                     .precision = MATMUL_FAST, .kv_type = cfg->cache_f16 ? TT_F16 : TT_F32 },
         .cluster = cfg->cluster, .pipeline = cfg->pipeline, .min_nodes = cfg->min_nodes,
-        .wire_f32 = cfg->wire_f32, .split_tensor = cfg->split_tensor, .weights = cfg->weights,
+        .wire_f32 = cfg->wire_f32, .split_tensor = cfg->split_tensor,
+        .split_auto = cfg->split_auto, .weights = cfg->weights,
     };
     if ((rc = registry_new(&rcfg, job_models_changed, s, &s->reg)) || (rc = fwd_attach(s)))
         goto fail;

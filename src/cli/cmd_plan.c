@@ -44,8 +44,9 @@ static void usage(FILE *f)
         "  --ctx N               context tokens per sequence (default 4096, at most the model's)\n"
         "  --parallel N          sequences at once (default 4, as 'racimo serve')\n"
         "  --min-nodes K         split over at least K nodes\n"
-        "  --split layers|tensor layer ranges per node (pipeline, the default) or a part\n"
-        "                        of every layer on each node (tensor parallel)\n"
+        "  --split layers|tensor|auto  layer ranges per node (pipeline, the default), a\n"
+        "                        part of every layer on each node (tensor parallel), or\n"
+        "                        whichever is expected faster for one stream\n"
         "  --node NAME:MEM[:BW]  a hypothetical node giving MEM bytes (8G, 512M, 1.5GiB...)\n"
         "                        with BW GB/s of memory bandwidth (default %.0f); repeatable\n"
         "  --cluster URL         ask a running node's GET /v1/cluster (default %s;\n"
@@ -244,11 +245,13 @@ int cmd_plan(int argc, char **argv)
             }
             o.min_nodes = (int)v;
         } else if (!strcmp(a, "--split")) {
-            if (strcmp(val, "layers") && strcmp(val, "tensor")) {
-                fprintf(stderr, "racimo: plan: --split takes layers or tensor, not '%s'\n", val);
+            if (strcmp(val, "layers") && strcmp(val, "tensor") && strcmp(val, "auto")) {
+                fprintf(stderr, "racimo: plan: --split takes layers, tensor or auto, not '%s'\n",
+                        val);
                 return 2;
             }
             o.tensor = !strcmp(val, "tensor");
+            o.auto_split = !strcmp(val, "auto");
         } else if (!strcmp(a, "--node")) {
             if (n_spec >= MAX_NODES) {
                 fprintf(stderr, "racimo: plan: at most %d --node\n", MAX_NODES);

@@ -69,10 +69,11 @@ static void usage(FILE *f)
         "                          1.5GiB; default: all its free memory)\n"
         "  --min-nodes N           split every model across at least N nodes (pipeline;\n"
         "                          benchmarks and tests; default: only what does not fit)\n"
-        "  --split layers|tensor   how a model runs across nodes: layer ranges, one after\n"
-        "                          the other (pipeline, the default), or a part of every\n"
-        "                          layer on each node, summed twice a layer (tensor\n"
-        "                          parallel: all nodes work on every token)\n"
+        "  --split layers|tensor|auto  how a model runs across nodes: layer ranges, one\n"
+        "                          after the other (pipeline, the default), or a part of\n"
+        "                          every layer on each node, summed twice a layer (tensor\n"
+        "                          parallel: all nodes work on every token), or whichever\n"
+        "                          placement expects faster on the links measured\n"
         "  --pipeline-wire f16|f32 hidden states between pipeline stages and the\n"
         "                          tensor-parallel sums (default f16)\n"
         "  --cache-type f32|f16  KV cache elements of instances run here (default f32, the\n"
@@ -220,11 +221,13 @@ int cmd_serve(int argc, char **argv)
             }
             cfg.cache_f16 = !strcmp(val, "f16");
         } else if (!strcmp(a, "--split")) {
-            if (strcmp(val, "layers") && strcmp(val, "tensor")) {
-                fprintf(stderr, "racimo: serve: --split takes layers or tensor, not '%s'\n", val);
+            if (strcmp(val, "layers") && strcmp(val, "tensor") && strcmp(val, "auto")) {
+                fprintf(stderr, "racimo: serve: --split takes layers, tensor or auto, not '%s'\n",
+                        val);
                 goto out;
             }
             cfg.split_tensor = !strcmp(val, "tensor");
+            cfg.split_auto = !strcmp(val, "auto");
         } else if (!strcmp(a, "--pipeline-wire")) {
             if (strcmp(val, "f16") && strcmp(val, "f32")) {
                 fprintf(stderr, "racimo: serve: --pipeline-wire takes f16 or f32, not '%s'\n", val);

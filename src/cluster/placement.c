@@ -27,6 +27,7 @@ typedef struct {
     const double *link_ms;
     int min_nodes;
     bool tensor;              /* shards of every layer instead of layer ranges */
+    bool cut_known;           /* tensor: only into shard counts in ms->tp_ways */
     uint64_t tokens;          /* KV positions in all: n_ctx * n_seq */
     double wscale;            /* weights scaled (advice: a smaller quantisation) */
     bool fit_only;            /* the advice's searches: whether it fits, not how fast */
@@ -113,6 +114,8 @@ static bool try_tensor(const problem *P, const int *set, int k, placement *p)
     uint64_t cut = P->pre[L] + (ms->tied ? 0 : ms->output_bytes);
     uint64_t weights = scaled(P, ms->shared_bytes + ms->embd_bytes + cut / (uint64_t)k);
     uint64_t kv = model_sizes_kv_bytes(ms, 0, L, P->tokens) / (uint64_t)k;
+    if (P->cut_known && !(k < 32 && (ms->tp_ways >> k & 1u)))
+        return false;
     double decode = (double)scaled(P, model_sizes_stage_decode_bytes(ms, 0, L)) / k;
     double slowest = 0, hop = 0;
     for (int s = 0; s < k; s++) {
@@ -497,7 +500,21 @@ int placement_make(const model_sizes *ms, const placement_node *nodes, int n_nod
         out->have_bytes += P.avail[i];
     }
     out->need_bytes = total_need(&P);
+    const placement before = *out;
+    if (o->auto_split)
+        P.tensor = false;
     bool placed = place(&P, out);
+    if (o->auto_split && (!placed || out->n_stages > 1)) {
+        /* tensor parallel where it is expected faster (or alone fits) */
+        placement t = before;
+        P.tensor = P.cut_known = true;
+        if (place(&P, &t) && t.tensor && (!placed || t.tokens_per_s > out->tokens_per_s)) {
+            *out = t;
+            placed = true;
+        } else {
+            P.tensor = false;
+        }
+    }
     if (placed && out->tensor) {   /* every shard also holds the embedding table */
         out->need_bytes = 0;
         for (int s = 0; s < out->n_stages; s++)

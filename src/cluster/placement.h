@@ -57,6 +57,9 @@ typedef struct {
     int min_nodes;           /* force a split over at least this many nodes; 0/1 = no */
     bool tensor;             /* split every layer across the nodes (tensor parallel)
                                 instead of giving each node a layer range */
+    bool auto_split;         /* whichever of the two is expected faster for one stream
+                                (tensor only into as many shards as the model can be cut
+                                into, model_sizes.tp_ways); `tensor` is then ignored */
     uint64_t reserve;        /* per node bytes kept free (nodes with mem_free only);
                                 0 = max(PLACEMENT_MIN_RESERVE, mem_total / 10) */
 } placement_opts;

@@ -121,6 +121,11 @@ int model_load_file_shard(gguf_file *f, int first, int last, int rank, int n_ran
 int model_load_shard(const char *path, int first, int last, int rank, int n_ranks,
                      model **out);
 
+/* The numbers of tensor-parallel shards (2..31) the model in f can be cut
+ * into, as bits (bit k: k shards): every rank's cut falls on the weight
+ * types' blocks and takes whole key/value heads (model_shard_plan). */
+uint32_t model_shard_ways(const gguf_file *f);
+
 /* The byte ranges of the file that shard `rank` of `n_ranks` of layers
  * [first, last) reads (last = -1: n_layer), from the head alone: the
  * shard's rows of the row-cut tensors, the whole of the column-cut ones

@@ -82,6 +82,7 @@ int model_sizes_read(const gguf_file *f, model_sizes *out)
         return rc_fail(RC_EFORMAT, "%s: tensor 'token_embd.weight' is missing", f->path);
     }
     out->tied = !have_output;
+    out->tp_ways = model_shard_ways(f);
     return 0;
 }
 

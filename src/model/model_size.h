@@ -30,6 +30,8 @@ typedef struct {
     uint64_t kv_bytes_per_token;  /* per layer: K and V rows in f32, as kv_cache stores */
     uint64_t n_params;            /* elements of all tensors */
     uint64_t total_bytes;         /* all tensors */
+    uint32_t tp_ways;             /* bit k set: the model can be cut into k tensor-parallel
+                                     shards (model_shard_ways); 0: not known */
 } model_sizes;
 
 /* Fills *out from an open file (hyperparameters and tensor infos only).

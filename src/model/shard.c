@@ -191,6 +191,31 @@ static int layer_align(const gguf_file *f, int first, int last, const char *suff
     return align;
 }
 
+static int ff_layer_align(const gguf_file *f, const model_hparams *hp, int first, int last)
+{
+    return layer_align(f, first, last, hp->n_expert > 0 ? "ffn_down_exps.weight"
+                                                        : "ffn_down.weight");
+}
+
+uint32_t model_shard_ways(const gguf_file *f)
+{
+    model_hparams hp;
+    if (model_read_hparams(f, &hp))
+        return 0;
+    const int ff = ff_layer_align(f, &hp, 0, hp.n_layer);
+    const int o = layer_align(f, 0, hp.n_layer, "attn_output.weight");
+    uint32_t ways = 0;
+    for (int k = 2; k < 32; k++) {
+        model_shard s;
+        bool ok = true;
+        for (int r = 0; r < k && ok; r++)
+            ok = model_shard_plan(&hp, ff, o, r, k, &s) == 0;
+        if (ok)
+            ways |= 1u << k;
+    }
+    return ways;
+}
+
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
@@ -215,9 +240,7 @@ int model_shard_ranges(const gguf_file *f, int first, int last, int rank, int n_
         return rc_fail(RC_ENOMEM, "out of memory planning a shard");
     model_shard s;
     if ((rc = model_tensor_needs(f, first, last, need)) ||
-        (rc = model_shard_plan(&hp, hp.n_expert > 0 ? layer_align(f, first, last,
-                                                                  "ffn_down_exps.weight")
-                                                    : layer_align(f, first, last, "ffn_down.weight"),
+        (rc = model_shard_plan(&hp, ff_layer_align(f, &hp, first, last),
                                layer_align(f, first, last, "attn_output.weight"), rank, n_ranks,
                                &s))) {
         rc_free(need);
