@@ -208,8 +208,11 @@ static void send_request(struct cluster *c, const char *to, uint32_t id, const c
     m[4] = (uint8_t)pl;
     m[5] = 0;
     memcpy(m + 6, path, pl);
-    memcpy(m + 6 + pl, body, bl);
-    CHECK_OK(cluster_send(c, to, 0x58, m, 6 + pl + bl));
+    m[6 + pl] = 4;                                   /* the client: "test" */
+    m[7 + pl] = 0;
+    memcpy(m + 8 + pl, "test", 4);
+    memcpy(m + 12 + pl, body, bl);
+    CHECK_OK(cluster_send(c, to, 0x58, m, 12 + pl + bl));
 }
 
 /* Waits for the FWD_END of request id; returns its index. */
@@ -277,6 +280,9 @@ TEST_T(forward_requests_between_nodes, 180)
     CHECK_INT(json_array_size(json_object_get(json_object_get(v, "pipelines"), "instances")), ==, 0);
     json_decref(v);
     CHECK(log_has(&b, "\"finish\":\"forwarded\"", "\"status\":200"));
+    char via[64];
+    snprintf(via, sizeof via, " via %.8s\"", idb);       /* a's log names who asked */
+    CHECK(log_has(&a, via, "\"finish\":\"length\""));
     CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":2"),
                            buf, sizeof buf), ==, 401);          /* b's keys, not a's */
 

@@ -17,7 +17,8 @@
  *
  * Messages (docs/cluster-protocol.md §12), little-endian, each naming the
  * request by the id the asking node gave it:
- *   FWD_REQUEST 0x58  u32 id, u16 path length, path, body
+ *   FWD_REQUEST 0x58  u32 id, u16 path length, path, u16 length, the client's
+ *                     address (for the serving node's log), body
  *   FWD_HEAD    0x59  u32 id, u32 status, u16 length, Content-Type
  *   FWD_BODY    0x5a  u32 id, bytes of the body
  *   FWD_END     0x5b  u32 id, u32 failed (0 or 1), message (when failed)
@@ -49,6 +50,7 @@ enum { FWD_REQUEST = 0x58, FWD_HEAD = 0x59, FWD_BODY = 0x5a, FWD_END = 0x5b, FWD
 #define FWD_CHUNK (256u << 10)         /* body bytes per FWD_BODY */
 #define FWD_QUEUE_MAX (64u << 20)      /* message bytes waiting for the loop */
 #define FWD_HEADER "X-Racimo-Forward"
+#define FWD_CLIENT "X-Racimo-Client"          /* who asked, for the access log */
 
 /* ---- the cluster side: a queue for the server's loop ---- */
 
@@ -284,17 +286,28 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
     if (len < 6)
         return;                                   /* no id to answer to */
     uint32_t id = wire_get32(d);
-    size_t pl = (size_t)d[4] | (size_t)d[5] << 8;
-    char path[64] = "";
+    size_t pl = (size_t)d[4] | (size_t)d[5] << 8, cl = 0;
+    char path[64] = "", client[96] = "";
     bool ok = false;
-    if (pl < sizeof path && 6 + pl <= len) {
+    if (pl < sizeof path && 8 + pl <= len) {
         memcpy(path, d + 6, pl);
         path[pl] = '\0';
         for (size_t i = 0; i < sizeof forwardable / sizeof forwardable[0]; i++)
             ok |= !strcmp(path, forwardable[i]);
+        cl = (size_t)d[6 + pl] | (size_t)d[7 + pl] << 8;
+        ok = ok && 8 + pl + cl <= len;
     }
-    const uint8_t *body = d + 6 + pl;
-    size_t blen = ok ? len - 6 - pl : 0;
+    if (ok) {
+        /* "ADDRESS via NODE": printable, and short enough for the log */
+        size_t n = snprintf(client, sizeof client, "%.*s", (int)(cl < 48 ? cl : 48),
+                            (const char *)d + 8 + pl);
+        for (size_t i = 0; i < n; i++)
+            if (client[i] < 0x21 || client[i] > 0x7e)
+                client[i] = '?';
+        snprintf(client + n, sizeof client - n, " via %.8s", from);
+    }
+    const uint8_t *body = d + 8 + pl + cl;
+    size_t blen = ok ? len - 8 - pl - cl : 0;
     char why[200] = "";
     if (!ok)
         snprintf(why, sizeof why, "a forwarded request must be a generation endpoint");
@@ -339,6 +352,7 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
         evhttp_add_header(h, "Content-Type", "application/json");
         evhttp_add_header(h, "Connection", "close");
         evhttp_add_header(h, FWD_HEADER, fs->secret);
+        evhttp_add_header(h, FWD_CLIENT, client);
         evbuffer_add(evhttp_request_get_output_buffer(req), body, blen);
         if (evhttp_make_request(fi->conn, req, EVHTTP_REQ_POST, path) == 0) {
             rc_log(LOG_INFO, "forward: running %s for node %.8s", path, from);
@@ -641,6 +655,11 @@ void fwd_detach(api_server *s)
     s->fwd = NULL;
 }
 
+const char *fwd_client(struct evhttp_request *req)
+{
+    return evhttp_find_header(evhttp_request_get_input_headers(req), FWD_CLIENT);
+}
+
 bool fwd_internal(api_server *s, struct evhttp_request *req)
 {
     const char *v = evhttp_find_header(evhttp_request_get_input_headers(req), FWD_HEADER);
@@ -729,17 +748,27 @@ bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, cons
         return false;
     }
     o->id = fs->next_id++;
-    size_t pl = strlen(path);
-    uint8_t *msg = rc_malloc(6 + pl + len);
+    o->evcon = evhttp_request_get_connection(req);
+    if (o->evcon) {
+        const char *addr = NULL;
+        ev_uint16_t port = 0;
+        evhttp_connection_get_peer(o->evcon, (char **)&addr, &port);
+        snprintf(o->client, sizeof o->client, "%s:%u", addr ? addr : "?", (unsigned)port);
+    }
+    size_t pl = strlen(path), cl = strlen(o->client);
+    uint8_t *msg = rc_malloc(8 + pl + cl + len);
     int rc = RC_ENOMEM;
     if (msg) {
         wire_put32(msg, o->id);
         msg[4] = (uint8_t)(pl & 0xff);
         msg[5] = (uint8_t)(pl >> 8);
         memcpy(msg + 6, path, pl);
+        msg[6 + pl] = (uint8_t)(cl & 0xff);
+        msg[7 + pl] = (uint8_t)(cl >> 8);
+        memcpy(msg + 8 + pl, o->client, cl);
         if (len)
-            memcpy(msg + 6 + pl, body, len);
-        rc = cluster_send(s->cfg.cluster, o->node, FWD_REQUEST, msg, 6 + pl + len);
+            memcpy(msg + 8 + pl + cl, body, len);
+        rc = cluster_send(s->cfg.cluster, o->node, FWD_REQUEST, msg, 8 + pl + cl + len);
         rc_free(msg);
     }
     if (rc) {
@@ -756,14 +785,8 @@ bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, cons
     o->status = 200;
     snprintf(o->path, sizeof o->path, "%s", path);
     snprintf(o->key_id, sizeof o->key_id, "%s", key_id ? key_id : "");
-    o->evcon = evhttp_request_get_connection(req);
-    if (o->evcon) {
-        const char *addr = NULL;
-        ev_uint16_t port = 0;
-        evhttp_connection_get_peer(o->evcon, (char **)&addr, &port);
-        snprintf(o->client, sizeof o->client, "%s:%u", addr ? addr : "?", (unsigned)port);
+    if (o->evcon)
         evhttp_connection_set_closecb(o->evcon, out_close, o);
-    }
     o->next = fs->outs;
     fs->outs = o;
     return true;

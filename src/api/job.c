@@ -380,7 +380,7 @@ static void new_id(api_server *s, const char *prefix, char *out, size_t cap)
 }
 
 void job_run(api_server *s, struct evhttp_request *req, const char *path, const char *key_id,
-             api_request *ar, const job_ops *ops)
+             const char *client, api_request *ar, const job_ops *ops)
 {
     api_job *j = rc_calloc(1, sizeof *j);
     if (!j) {
@@ -409,7 +409,10 @@ void job_run(api_server *s, struct evhttp_request *req, const char *path, const 
         const char *addr = NULL;
         ev_uint16_t port = 0;
         evhttp_connection_get_peer(j->evcon, (char **)&addr, &port);
-        snprintf(j->client, sizeof j->client, "%s:%u", addr ? addr : "?", (unsigned)port);
+        if (client)
+            snprintf(j->client, sizeof j->client, "%s", client);
+        else
+            snprintf(j->client, sizeof j->client, "%s:%u", addr ? addr : "?", (unsigned)port);
         evhttp_connection_set_closecb(j->evcon, on_close, j);
     }
     j->model = registry_find(s->reg, j->ar.model);

@@ -456,7 +456,7 @@ static void handle(struct evhttp_request *req, void *arg)
         }
         static const job_ops *const ops[] = { &openai_chat_ops, &openai_completion_ops,
                                                &ollama_chat_ops, &ollama_generate_ops };
-        job_run(s, req, r->path, key_id, &ar, ops[r->kind]);
+        job_run(s, req, r->path, key_id, internal ? fwd_client(req) : NULL, &ar, ops[r->kind]);
         return;
     }
     status = 200;

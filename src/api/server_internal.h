@@ -126,9 +126,10 @@ bool srv_is_ollama_path(const char *path);
 /* ---- job.c ---- */
 /* Takes a parsed request (its fields move into the job) and runs it:
  * resolves the model, loads it if needed, builds the prompt, submits.
+ * `client` names who asked for the log (NULL: the connection's peer).
  * Errors are answered on `req` in the endpoint's style. */
 void job_run(api_server *s, struct evhttp_request *req, const char *path, const char *key_id,
-             api_request *ar, const job_ops *ops);
+             const char *client, api_request *ar, const job_ops *ops);
 void job_drain(api_server *s);          /* mailbox -> clients (mail_ev callback) */
 void job_tick(api_server *s);           /* disconnect checks (tick_ev callback) */
 void job_shutdown(api_server *s);       /* frees every job; engines already stopped */
@@ -144,6 +145,8 @@ void fwd_detach(api_server *s);         /* ends every forward; before freeing th
 /* Whether req came from this node's forwarder (then no key is needed and it
  * is not forwarded again). */
 bool fwd_internal(api_server *s, struct evhttp_request *req);
+/* For such a request, who asked ("ADDRESS via NODE"), or NULL. */
+const char *fwd_client(struct evhttp_request *req);
 /* Sends a generation request to the node that serves model `name`, when that is
  * where it should run; false: run it here. */
 bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, const char *name,
