@@ -263,6 +263,18 @@ TEST_T(forward_requests_between_nodes, 180)
     wait_sees(&a, idb, NULL);
     wait_sees(&b, ida, NULL);
 
+    /* node b lists the model node a has, in both APIs */
+    int t;
+    for (t = 0; t < 10000; t += 50) {
+        http_request(port(&b), "GET", "/v1/models", KB, NULL, buf, sizeof buf);
+        if (strstr(buf, "\"id\":\"fw\""))
+            break;
+        usleep(50000);
+    }
+    CHECK(strstr(buf, "\"id\":\"fw\""));
+    CHECK_INT(http_request(port(&b), "GET", "/api/tags", KB, NULL, buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "\"name\":\"fw:latest\""));
+
     /* node a places the model over both nodes and heads it */
     char want[4096], got[4096];
     CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":6"),
@@ -307,7 +319,6 @@ TEST_T(forward_requests_between_nodes, 180)
                        CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
     CHECK(read(fd, buf, 64) > 0);
     close(fd);
-    int t;
     for (t = 0; t < 20000 && !log_has(&a, "\"finish\":\"cancelled\"", "chat/completions"); t += 50)
         usleep(50000);
     CHECK(log_has(&a, "\"finish\":\"cancelled\"", "chat/completions"));

@@ -182,6 +182,32 @@ static void scan_dir(api_registry *r, const char *dir, bool read_only)
     closedir(d);
 }
 
+/* Entries for the models other nodes of the cluster list, so that every
+ * node's model list (GET /v1/models, /api/tags) is the cluster's. */
+static void add_cluster_models(api_registry *r)
+{
+    if (!r->cfg.cluster || !r->cfg.weights)
+        return;
+    json_t *view = cluster_snapshot(r->cfg.cluster), *n, *m;
+    size_t i, j;
+    json_array_foreach(json_object_get(view, "nodes"), i, n) {
+        const char *st = json_string_value(json_object_get(n, "state"));
+        if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")))
+            continue;
+        json_array_foreach(json_object_get(n, "models"), j, m) {
+            const char *name = json_string_value(json_object_get(m, "name"));
+            if (!name)
+                continue;
+            pthread_mutex_lock(&r->mu);
+            bool known = find_locked(r, name, strlen(name)) != NULL;
+            pthread_mutex_unlock(&r->mu);
+            if (!known)
+                add_remote(r, name, strlen(name));
+        }
+    }
+    json_decref(view);
+}
+
 void registry_rescan(api_registry *r)
 {
     pthread_mutex_lock(&r->mu);
@@ -195,6 +221,7 @@ void registry_rescan(api_registry *r)
         rc_free(copy);
     }
     pthread_mutex_unlock(&r->mu);
+    add_cluster_models(r);
 }
 
 int registry_new(const registry_config *cfg, void (*on_change)(void *), void *arg,

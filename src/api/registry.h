@@ -98,7 +98,8 @@ int  registry_new(const registry_config *cfg, void (*on_change)(void *), void *a
 void registry_free(api_registry *r);
 
 /* Looks the folders over again for new or removed files (models in use
- * stay).  Thread safe. */
+ * stay), and adds entries for the models other nodes of the cluster list
+ * (pulled or forwarded to when used).  Thread safe. */
 void registry_rescan(api_registry *r);
 
 /* The model called `name` (also "name:latest"), rescanning once when it is
