@@ -81,19 +81,33 @@ static void print_tables(json_t *s)
         char models[512] = "";
         size_t j, used = 0;
         json_t *m;
-        json_t *serving = json_object_get(n, "serving");
-        json_array_foreach(json_object_get(n, "models"), j, m) {
-            const char *mn = str(m, "name");
-            bool serves = false;
-            size_t k;
-            json_t *sv;
-            json_array_foreach(serving, k, sv)
-                serves = serves || !strcmp(json_string_value(sv) ? json_string_value(sv) : "", mn);
-            int w = snprintf(models + used, sizeof models - used, "%s%s%s", used ? ", " : "", mn,
-                             serves ? "*" : "");
-            if (w < 0 || (size_t)w >= sizeof models - used)
-                break;
-            used += (size_t)w;
+        json_t *serving = json_object_get(n, "serving"), *fr = json_object_get(n, "serving_free");
+        /* files on disk, then what it serves without the file; a served
+         * model shows its free sequence slots */
+        for (int pass = 0; pass < 2; pass++) {
+            json_array_foreach(json_object_get(n, pass ? "serving" : "models"), j, m) {
+                const char *mn = pass ? json_string_value(m) : str(m, "name");
+                bool serves = pass == 1, listed = false;
+                size_t k;
+                json_t *x;
+                if (!mn)
+                    continue;
+                json_array_foreach(serving, k, x)
+                    serves = serves || !strcmp(json_string_value(x) ? json_string_value(x) : "", mn);
+                json_array_foreach(json_object_get(n, "models"), k, x)
+                    listed = listed || !strcmp(str(x, "name"), mn);
+                if (pass && listed)
+                    continue;
+                char slots[24] = "";
+                if (serves && json_is_integer(json_object_get(fr, mn)))
+                    snprintf(slots, sizeof slots, " (%d free)",
+                             (int)json_integer_value(json_object_get(fr, mn)));
+                int w = snprintf(models + used, sizeof models - used, "%s%s%s%s", used ? ", " : "",
+                                 mn, serves ? "*" : "", slots);
+                if (w < 0 || (size_t)w >= sizeof models - used)
+                    break;
+                used += (size_t)w;
+            }
         }
         printf("%-10s %-16.16s %-5s %-22s %5d %-12.12s %-11s %7s %7s  %s\n", idcol, str(n, "name"),
                str(n, "state"), addr, (int)json_integer_value(json_object_get(hw, "cores")),

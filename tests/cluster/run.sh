@@ -158,8 +158,9 @@ if wait_for 20 eval "view 4 | jq -e --arg a \"$(id_of 1)\" --arg b \"$(id_of 3)\
 else bad "serving: $(view 4 | jq -c '[.nodes[] | {name, serving}]')"; fi
 out=$(ip netns exec "$P-n2" "$BIN" nodes --host 10.77.0.2 --port 8080)
 if [ "$(echo "$out" | grep -c ' up ')" = 4 ] && echo "$out" | grep -q "4 of 4 nodes up, quorum" && \
+   echo "$out" | grep -q 'tiny\* ([0-9]* free)' && \
    ip netns exec "$P-n2" "$BIN" nodes --host 10.77.0.2 --port 8080 --json | jq -e '.nodes | length == 4' >/dev/null; then
-  ok "racimo nodes prints the table (and --json the view)"
+  ok "racimo nodes prints the table, served models with their free slots (and --json the view)"
 else bad "racimo nodes: $out"; fi
 
 # ---- a node of another cluster is refused ----
