@@ -274,6 +274,10 @@ TEST_T(forward_requests_between_nodes, 180)
     CHECK(strstr(buf, "\"id\":\"fw\""));
     CHECK_INT(http_request(port(&b), "GET", "/api/tags", KB, NULL, buf, sizeof buf), ==, 200);
     CHECK(strstr(buf, "\"name\":\"fw:latest\""));
+    /* its metadata comes from the node with the file */
+    CHECK_INT(http_request(port(&b), "POST", "/api/show", KB, "{\"model\":\"fw\"}", buf,
+                           sizeof buf), ==, 200);
+    CHECK(strstr(body_of(buf), "\"general.architecture\":\"llama\""));
 
     /* node a places the model over both nodes and heads it */
     char want[4096], got[4096];

@@ -278,7 +278,7 @@ static void in_done(struct evhttp_request *req, void *arg)
 }
 
 static const char *const forwardable[] = { "/v1/chat/completions", "/v1/completions",
-                                           "/api/chat", "/api/generate" };
+                                           "/api/chat", "/api/generate", "/api/show" };
 
 static void in_start(api_server *s, const char *from, const uint8_t *d, size_t len)
 {
@@ -310,7 +310,8 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
     size_t blen = ok ? len - 8 - pl - cl : 0;
     char why[200] = "";
     if (!ok)
-        snprintf(why, sizeof why, "a forwarded request must be a generation endpoint");
+        snprintf(why, sizeof why, "a forwarded request must be a generation endpoint or "
+                 "/api/show");
     else if (blen > s->cfg.max_body_bytes)
         snprintf(why, sizeof why, "the request body is larger than the limit of %zu bytes",
                  s->cfg.max_body_bytes);
@@ -672,13 +673,17 @@ bool fwd_internal(api_server *s, struct evhttp_request *req)
  * slots, if any has one (balancing copies; otherwise it queues here).  When
  * it does not serve it: a node that does, unless this node would run it
  * alone (it holds the file and placement keeps it here); in turn among
- * several. */
-static bool pick_node(api_server *s, const char *name, char node[33], char node_name[64],
-                      char want[128])
+ * several.  `show` (/api/show, which reads the file's metadata): a node
+ * that has the file, when this node has neither the file nor the model
+ * loaded. */
+static bool pick_node(api_server *s, const char *name, bool show, char node[33],
+                      char node_name[64], char want[128])
 {
     api_model *m = registry_find(s->reg, name);
     bool busy = false;
-    if (m) {
+    if (show && m && (!m->remote || registry_state(s->reg, m, NULL, 0) == MODEL_READY))
+        return false;
+    if (m && !show) {
         int st = registry_state(s->reg, m, NULL, 0);
         if (st == MODEL_LOADING)
             return false;
@@ -706,8 +711,10 @@ static bool pick_node(api_server *s, const char *name, char node[33], char node_
         if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")) || !proto ||
             sscanf(proto, "%d.%d", &major, &minor) != 2 || major != WIRE_PROTO_MAJOR || minor < 2)
             continue;
-        json_array_foreach(json_object_get(n, "serving"), k, v) {
-            if (!json_is_string(v) || strcmp(json_string_value(v), want) || n_cand == 64)
+        json_array_foreach(json_object_get(n, show ? "models" : "serving"), k, v) {
+            const char *vn = show ? json_string_value(json_object_get(v, "name"))
+                                  : json_string_value(v);
+            if (!vn || strcmp(vn, want) || n_cand == 64)
                 continue;
             json_int_t fr = json_integer_value(
                 json_object_get(json_object_get(n, "serving_free"), want));
@@ -725,8 +732,9 @@ static bool pick_node(api_server *s, const char *name, char node[33], char node_
     for (int c = 0; c < n_cand; c++)
         if (!busy || frees[c] == most)
             ok[n_ok++] = c;
-    if (n_ok > 0 && (busy || !(m && !m->remote && placed_runs_here(registry_get_config(s->reg),
-                                                                     m->name, m->path))))
+    if (n_ok > 0 && (busy || show ||
+                     !(m && !m->remote && placed_runs_here(registry_get_config(s->reg), m->name,
+                                                           m->path))))
         pick = ok[s->fwd->rr++ % (unsigned)n_ok];
     if (pick >= 0 && ids[pick]) {
         snprintf(node, 33, "%s", ids[pick]);
@@ -743,7 +751,7 @@ bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, cons
     if (!fs || !name)
         return false;
     fwd_out *o = rc_calloc(1, sizeof *o);
-    if (!o || !pick_node(s, name, o->node, o->node_name, o->model)) {
+    if (!o || !pick_node(s, name, !strcmp(path, "/api/show"), o->node, o->node_name, o->model)) {
         rc_free(o);
         return false;
     }

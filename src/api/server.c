@@ -476,8 +476,18 @@ static void handle(struct evhttp_request *req, void *arg)
         ollama_ps(s, req);
     else if (!strcmp(r->path, "/api/version"))
         ollama_version(s, req);
-    else if (!strcmp(r->path, "/api/show"))
+    else if (!strcmp(r->path, "/api/show")) {
+        /* a model only other nodes have: the metadata is in their files */
+        json_t *o = internal ? NULL : json_loadb(data, len, 0, NULL);
+        const char *name = json_string_value(json_object_get(o, "model"));
+        if (!name)
+            name = json_string_value(json_object_get(o, "name"));
+        bool sent = name && fwd_route(s, req, r->path, name, data, len, key_id);
+        json_decref(o);
+        if (sent)
+            return;
         status = ollama_show(s, req, data, len);
+    }
     else {
         static const char msg[] = "racimo is running";
         http_reply_text(s, req, 200, "text/plain; charset=utf-8", msg, sizeof msg - 1);
