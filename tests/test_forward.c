@@ -74,6 +74,7 @@ static void start(node *n, const char *name, const char *token, const node *peer
     n->cfg.threads = 1;
     n->cfg.ctx_size = 2048;             /* a stream long enough to leave in the middle */
     n->cfg.parallel = t_parallel;
+    n->cfg.queue = 1;                   /* a third request waits, a fourth gets 429 */
     n->cfg.api_keys = n->keys;
     n->cfg.n_api_keys = 1;
     n->cfg.access_log = n->log;
@@ -326,6 +327,29 @@ TEST_T(forward_requests_between_nodes, 180)
     for (t = 0; t < 20000 && !log_has(&a, "\"finish\":\"cancelled\"", "chat/completions"); t += 50)
         usleep(50000);
     CHECK(log_has(&a, "\"finish\":\"cancelled\"", "chat/completions"));
+
+    /* a 429 of the serving node comes back as it is, with its Retry-After */
+    int busy[3];
+    for (int i = 0; i < 3; i++)
+        busy[i] = http_open(port(&a), "POST", "/v1/chat/completions", KA,
+                            CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
+    for (t = 0; t < 10000; t += 20) {
+        http_request(port(&a), "GET", "/v1/cluster", KA, NULL, buf, sizeof buf);
+        if (strstr(buf, "\"active\":2") && strstr(buf, "\"queued\":1"))
+            break;
+        usleep(20000);
+    }
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB, CHAT(",\"max_tokens\":2"),
+                           buf, sizeof buf), ==, 429);
+    CHECK(strstr(buf, "Retry-After: 1"));
+    for (int i = 0; i < 3; i++)
+        close(busy[i]);
+    for (t = 0; t < 10000; t += 20) {
+        http_request(port(&a), "GET", "/v1/cluster", KA, NULL, buf, sizeof buf);
+        if (strstr(buf, "\"active\":0") && strstr(buf, "\"queued\":0"))
+            break;
+        usleep(20000);
+    }
 
     /* hostile or stray messages: refused with a reason, or ignored */
     static seen s;

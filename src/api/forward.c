@@ -19,7 +19,8 @@
  * request by the id the asking node gave it:
  *   FWD_REQUEST 0x58  u32 id, u16 path length, path, u16 length, the client's
  *                     address (for the serving node's log), body
- *   FWD_HEAD    0x59  u32 id, u32 status, u16 length, Content-Type
+ *   FWD_HEAD    0x59  u32 id, u32 status, u16 length, Content-Type, u16 length,
+ *                     Retry-After (of a 429)
  *   FWD_BODY    0x5a  u32 id, bytes of the body
  *   FWD_END     0x5b  u32 id, u32 failed (0 or 1), message (when failed)
  *   FWD_CANCEL  0x5c  u32 id (the client left)
@@ -226,13 +227,21 @@ static int in_header(struct evhttp_request *req, void *arg)
 {
     fwd_in *fi = arg;
     api_server *s = fi->fs->s;
-    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
-    size_t n = ct ? strnlen(ct, 200) : 0;
-    uint8_t hdr[6];
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const char *ct = evhttp_find_header(in, "Content-Type");
+    const char *ra = evhttp_find_header(in, "Retry-After");    /* a 429's */
+    size_t n = ct ? strnlen(ct, 200) : 0, nr = ra ? strnlen(ra, 32) : 0;
+    uint8_t hdr[6 + 200 + 2 + 32];
     wire_put32(hdr, (uint32_t)evhttp_request_get_response_code(req));
-    hdr[4] = (uint8_t)(n & 0xff);
-    hdr[5] = (uint8_t)(n >> 8);
-    send_msg(s, fi->from, FWD_HEAD, fi->id, hdr, sizeof hdr, ct, n);
+    hdr[4] = (uint8_t)n;
+    hdr[5] = 0;
+    if (n)
+        memcpy(hdr + 6, ct, n);
+    hdr[6 + n] = (uint8_t)nr;
+    hdr[7 + n] = 0;
+    if (nr)
+        memcpy(hdr + 8 + n, ra, nr);
+    send_msg(s, fi->from, FWD_HEAD, fi->id, hdr, 8 + n + nr, NULL, 0);
     return 0;
 }
 
@@ -503,6 +512,15 @@ static void out_head(api_server *s, fwd_out *o, const uint8_t *d, size_t len)
     for (size_t i = 0; i < n; i++)
         o->ctype[i] = d[10 + i] >= 0x20 && d[10 + i] < 0x7f ? (char)d[10 + i] : '?';
     o->ctype[n] = '\0';
+    char retry[16] = "";
+    size_t at = 10 + ((size_t)d[8] | (size_t)d[9] << 8);
+    if (at + 2 <= len) {
+        size_t nr = (size_t)d[at] | (size_t)d[at + 1] << 8, k = 0;
+        for (size_t i = 0; i < nr && at + 2 + i < len && k + 1 < sizeof retry; i++)
+            if (d[at + 2 + i] >= '0' && d[at + 2 + i] <= '9')
+                retry[k++] = (char)d[at + 2 + i];
+        retry[k] = '\0';
+    }
     if (status < 100 || status > 599)
         status = 502;
     o->started = true;
@@ -512,6 +530,8 @@ static void out_head(api_server *s, fwd_out *o, const uint8_t *d, size_t len)
     struct evkeyvalq *h = evhttp_request_get_output_headers(o->req);
     evhttp_add_header(h, "Content-Type", o->ctype[0] ? o->ctype : "application/json");
     evhttp_add_header(h, "Cache-Control", "no-cache");
+    if (retry[0])
+        evhttp_add_header(h, "Retry-After", retry);
     srv_cors_headers(s, o->req);
     evhttp_send_reply_start(o->req, status, NULL);
     /* like a local stream: quiet for long is fine, a client not reading is not */
