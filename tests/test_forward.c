@@ -247,6 +247,24 @@ static int log_count(const node *n, const char *a, const char *b)
 
 static bool log_has(const node *n, const char *a, const char *b) { return log_count(n, a, b) > 0; }
 
+/* Waits (up to 10 s) until node n's model has `active` sequences running
+ * and `queued` waiting. */
+static void wait_load(node *n, const char *key, int active, int queued)
+{
+    char want_a[32], want_q[32];
+    static char buf[1 << 16];
+    snprintf(want_a, sizeof want_a, "\"active\":%d", active);
+    snprintf(want_q, sizeof want_q, "\"queued\":%d", queued);
+    for (int t = 0; t < 10000; t += 20) {
+        http_request(port(n), "GET", "/v1/cluster", key, NULL, buf, sizeof buf);
+        if (strstr(buf, want_a) && strstr(buf, want_q))
+            return;
+        usleep(20000);
+    }
+    FAIL("node %s never had %d running and %d queued: %.300s", cluster_self_id(n->c), active,
+         queued, buf);
+}
+
 #define KA "Authorization: Bearer ka\r\n"
 #define KB "Authorization: Bearer kb\r\n"
 #define CHAT(extra) "{\"model\":\"fw\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," \
@@ -333,23 +351,13 @@ TEST_T(forward_requests_between_nodes, 180)
     for (int i = 0; i < 3; i++)
         busy[i] = http_open(port(&a), "POST", "/v1/chat/completions", KA,
                             CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
-    for (t = 0; t < 10000; t += 20) {
-        http_request(port(&a), "GET", "/v1/cluster", KA, NULL, buf, sizeof buf);
-        if (strstr(buf, "\"active\":2") && strstr(buf, "\"queued\":1"))
-            break;
-        usleep(20000);
-    }
+    wait_load(&a, KA, 2, 1);
     CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB, CHAT(",\"max_tokens\":2"),
                            buf, sizeof buf), ==, 429);
     CHECK(strstr(buf, "Retry-After: 1"));
     for (int i = 0; i < 3; i++)
         close(busy[i]);
-    for (t = 0; t < 10000; t += 20) {
-        http_request(port(&a), "GET", "/v1/cluster", KA, NULL, buf, sizeof buf);
-        if (strstr(buf, "\"active\":0") && strstr(buf, "\"queued\":0"))
-            break;
-        usleep(20000);
-    }
+    wait_load(&a, KA, 0, 0);
 
     /* hostile or stray messages: refused with a reason, or ignored */
     static seen s;
@@ -452,13 +460,7 @@ TEST_T(forward_balances_busy_copies, 120)
     close(fd);
 
     /* free again: node a answers itself */
-    int t;
-    for (t = 0; t < 10000; t += 20) {
-        http_request(port(&a), "GET", "/v1/cluster", KA, NULL, buf, sizeof buf);
-        if (strstr(buf, "\"active\":0") && strstr(buf, "\"queued\":0"))
-            break;
-        usleep(20000);
-    }
+    wait_load(&a, KA, 0, 0);
     CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":2"),
                            buf, sizeof buf), ==, 200);
     CHECK_INT(log_count(&a, "\"finish\":\"forwarded\"", ""), ==, 1);
