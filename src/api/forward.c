@@ -183,7 +183,30 @@ struct fwd_side {
     int n_ins;
     uint32_t next_id;
     unsigned rr;                    /* turns among nodes serving the same model */
+    /* whether a model on disk here would run here alone (placed_runs_here
+     * reads the file's metadata: kept a few seconds, not redone per request) */
+    struct { const api_model *m; bool here; uint64_t t_ns; } alone[16];
 };
+
+#define ALONE_TTL_NS (5ull * 1000000000ull)
+
+static bool runs_here_alone(api_server *s, const api_model *m)
+{
+    struct fwd_side *fs = s->fwd;
+    uint64_t now = os_now_ns();
+    int slot = 0;
+    for (int i = 0; i < 16; i++) {
+        if (fs->alone[i].m == m && now - fs->alone[i].t_ns < ALONE_TTL_NS)
+            return fs->alone[i].here;
+        if (fs->alone[i].m == m || fs->alone[i].t_ns < fs->alone[slot].t_ns)
+            slot = i;
+    }
+    bool here = placed_runs_here(registry_get_config(s->reg), m->name, m->path);
+    fs->alone[slot].m = m;
+    fs->alone[slot].here = here;
+    fs->alone[slot].t_ns = now;
+    return here;
+}
 
 static void send_msg(api_server *s, const char *to, int type, uint32_t id, const void *a,
                      size_t na, const void *b, size_t nb)
@@ -315,7 +338,7 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
                 client[i] = '?';
         snprintf(client + n, sizeof client - n, " via %.8s", from);
     }
-    const uint8_t *body = d + 8 + pl + cl;
+    const uint8_t *body = ok ? d + 8 + pl + cl : d;
     size_t blen = ok ? len - 8 - pl - cl : 0;
     char why[200] = "";
     if (!ok)
@@ -752,9 +775,7 @@ static bool pick_node(api_server *s, const char *name, bool show, char node[33],
     for (int c = 0; c < n_cand; c++)
         if (!busy || frees[c] == most)
             ok[n_ok++] = c;
-    if (n_ok > 0 && (busy || show ||
-                     !(m && !m->remote && placed_runs_here(registry_get_config(s->reg), m->name,
-                                                           m->path))))
+    if (n_ok > 0 && (busy || show || !(m && !m->remote && runs_here_alone(s, m))))
         pick = ok[s->fwd->rr++ % (unsigned)n_ok];
     if (pick >= 0 && ids[pick]) {
         snprintf(node, 33, "%s", ids[pick]);
