@@ -110,59 +110,36 @@ static int add_file(api_registry *r, const char *path, bool read_only, bool prel
     return 0;
 }
 
-/* A model no folder here has but a node of the cluster lists: an entry
- * whose load pulls the file's head (and then what this node runs). */
-static api_model *add_remote(api_registry *r, const char *name, size_t len)
+/* A model no folder here has but node `where` lists: an entry whose load
+ * pulls the file's head (and then what this node runs). */
+static void add_remote(api_registry *r, const char *name, const char *where, uint64_t size)
 {
-    if (!r->cfg.cluster || !r->cfg.weights || len == 0 || len > 200)
-        return NULL;
-    char want[256];
-    snprintf(want, sizeof want, "%.*s", (int)len, name);
-    json_t *view = cluster_snapshot(r->cfg.cluster), *n, *m;
-    size_t i, j;
-    const char *where = NULL;
-    uint64_t size = 0;
-    json_array_foreach(json_object_get(view, "nodes"), i, n) {
-        const char *st = json_string_value(json_object_get(n, "state"));
-        if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")))
-            continue;
-        json_array_foreach(json_object_get(n, "models"), j, m) {
-            const char *mn = json_string_value(json_object_get(m, "name"));
-            if (mn && !strcmp(mn, want) && !where) {
-                where = json_string_value(json_object_get(n, "name"));
-                size = (uint64_t)json_integer_value(json_object_get(m, "size_bytes"));
-            }
-        }
-    }
+    char path[512];
+    if (strlen(name) > 200)
+        return;
+    snprintf(path, sizeof path, "node %s:%s.gguf", where, name);
+    pthread_mutex_lock(&r->mu);
     api_model *am = NULL;
-    if (where) {
-        char path[512];
-        snprintf(path, sizeof path, "node %s:%s.gguf", where, want);
-        pthread_mutex_lock(&r->mu);
-        if (!find_locked(r, want, strlen(want)) && r->n_models < MAX_MODELS &&
-            (r->n_models < r->cap_models || grow_locked(r) == 0) &&
-            (am = rc_calloc(1, sizeof *am))) {
-            am->name = rc_strdup(want);
-            am->path = rc_strdup(path);
-            am->size_bytes = size;
-            am->remote = true;
-            am->reg = r;
-            am->tool_marker = -1;
-            pthread_mutex_init(&am->mu, NULL);
-            pthread_cond_init(&am->cv, NULL);
-            if (!am->name || !am->path) {
-                rc_free(am->name);
-                rc_free(am->path);
-                rc_free(am);
-                am = NULL;
-            } else {
-                r->models[r->n_models++] = am;
-            }
+    if (!find_locked(r, name, strlen(name)) && r->n_models < MAX_MODELS &&
+        (r->n_models < r->cap_models || grow_locked(r) == 0) &&
+        (am = rc_calloc(1, sizeof *am))) {
+        am->name = rc_strdup(name);
+        am->path = rc_strdup(path);
+        am->size_bytes = size;
+        am->remote = true;
+        am->reg = r;
+        am->tool_marker = -1;
+        pthread_mutex_init(&am->mu, NULL);
+        pthread_cond_init(&am->cv, NULL);
+        if (!am->name || !am->path) {
+            rc_free(am->name);
+            rc_free(am->path);
+            rc_free(am);
+        } else {
+            r->models[r->n_models++] = am;
         }
-        pthread_mutex_unlock(&r->mu);
     }
-    json_decref(view);
-    return am;
+    pthread_mutex_unlock(&r->mu);
 }
 
 static void scan_dir(api_registry *r, const char *dir, bool read_only)
@@ -182,8 +159,9 @@ static void scan_dir(api_registry *r, const char *dir, bool read_only)
     closedir(d);
 }
 
-/* Entries for the models other nodes of the cluster list, so that every
- * node's model list (GET /v1/models, /api/tags) is the cluster's. */
+/* Entries for the models other nodes of the cluster list (the first node
+ * up that lists a name gives its size), so that every node's model list
+ * (GET /v1/models, /api/tags) is the cluster's. */
 static void add_cluster_models(api_registry *r)
 {
     if (!r->cfg.cluster || !r->cfg.weights)
@@ -192,17 +170,14 @@ static void add_cluster_models(api_registry *r)
     size_t i, j;
     json_array_foreach(json_object_get(view, "nodes"), i, n) {
         const char *st = json_string_value(json_object_get(n, "state"));
-        if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")))
+        const char *where = json_string_value(json_object_get(n, "name"));
+        if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")) || !where)
             continue;
         json_array_foreach(json_object_get(n, "models"), j, m) {
             const char *name = json_string_value(json_object_get(m, "name"));
-            if (!name)
-                continue;
-            pthread_mutex_lock(&r->mu);
-            bool known = find_locked(r, name, strlen(name)) != NULL;
-            pthread_mutex_unlock(&r->mu);
-            if (!known)
-                add_remote(r, name, strlen(name));
+            if (name && *name)
+                add_remote(r, name, where,
+                           (uint64_t)json_integer_value(json_object_get(m, "size_bytes")));
         }
     }
     json_decref(view);
@@ -502,11 +477,9 @@ api_model *registry_find(api_registry *r, const char *name)
         pthread_mutex_lock(&r->mu);
         api_model *m = find_locked(r, name, len);
         pthread_mutex_unlock(&r->mu);
-        if (m)
+        if (m || pass)
             return m;
-        if (pass)
-            return add_remote(r, name, len);
-        registry_rescan(r);
+        registry_rescan(r);                /* the folders, and the cluster's models */
     }
     return NULL;
 }

@@ -110,12 +110,12 @@ static placement_stage *stage_on(const problem *P, placement *p, int s, int node
 static bool try_tensor(const problem *P, const int *set, int k, placement *p)
 {
     const model_sizes *ms = P->ms;
+    if (P->cut_known && !(k < 32 && (ms->tp_ways >> k & 1u)))
+        return false;                     /* the model cannot be cut k ways */
     const int L = ms->n_layer;
     uint64_t cut = P->pre[L] + (ms->tied ? 0 : ms->output_bytes);
     uint64_t weights = scaled(P, ms->shared_bytes + ms->embd_bytes + cut / (uint64_t)k);
     uint64_t kv = model_sizes_kv_bytes(ms, 0, L, P->tokens) / (uint64_t)k;
-    if (P->cut_known && !(k < 32 && (ms->tp_ways >> k & 1u)))
-        return false;
     double decode = (double)scaled(P, model_sizes_stage_decode_bytes(ms, 0, L)) / k;
     double slowest = 0, hop = 0;
     for (int s = 0; s < k; s++) {
