@@ -18,6 +18,14 @@ const char *test_make_model(const char *preset, int type, const char *mix)
     return path;
 }
 
+const char *test_write_model(const synth_params *p, const char *name)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s.gguf", test_tmpdir(), name);
+    CHECK_OK(synth_write(path, p));
+    return path;
+}
+
 void test_open_stage(const char *path, int first, int last, int precision, int n_ctx,
                      int n_seq, int n_batch, int n_threads, model **m, stage **s)
 {

@@ -5,11 +5,16 @@
 
 #include "model/model.h"
 #include "infer/stage.h"
+#include "model/synth.h"
 
 /* Writes preset `preset` with weight type `type` (or mix "Q4_K_M" when mix
  * is non-NULL) to <tmpdir>/<preset>-<type>.gguf; returns the path (static
  * buffer).  Fails the test on error. */
 const char *test_make_model(const char *preset, int type, const char *mix);
+
+/* Writes a synthetic model of parameters `p` to <tmpdir>/<name>.gguf;
+ * returns the path (static buffer).  Fails the test on error. */
+const char *test_write_model(const synth_params *p, const char *name);
 
 /* Loads layers [first, last) and builds a stage; fails the test on error. */
 void test_open_stage(const char *path, int first, int last, int precision, int n_ctx,

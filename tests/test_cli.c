@@ -237,10 +237,11 @@ TEST_T(cli_bench_json_and_shards, 120)
     CHECK_INT(json_integer_value(json_object_get(json_array_get(sd, 2), "sequences")), ==, 3);
     CHECK(json_number_value(json_object_get(json_array_get(sd, 2), "tokens_per_s")) > 0);
     json_decref(j);
-    /* tiny has 2 key/value heads: 3 shards cannot be cut, and it says so */
-    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 0 -n 2 -t 1 --reps 1 --shards 3", test_bin(), mpath);
+    /* tiny-qwen3moe has 4 experts: 5 shards cannot share them, and it says so */
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 0 -n 2 -t 1 --reps 1 --shards 5", test_bin(),
+             test_make_model("tiny-qwen3moe", TT_Q8_0, NULL));
     CHECK_INT(test_run(cmd, out, sizeof out), !=, 0);
-    CHECK(strstr(out, "key/value heads") != NULL);
+    CHECK(strstr(out, "4 experts cannot be shared by 5") != NULL);
     snprintf(cmd, sizeof cmd, "%s bench -m %s --shards 1", test_bin(), mpath);
     CHECK_INT(test_run(cmd, out, sizeof out), ==, 2);
     CHECK(strstr(out, "'--shards'") != NULL);

@@ -1,6 +1,6 @@
 /* test_golden.c - the engine against llama.cpp's logits for the tiny
- * random-weight models in ../shared/golden/logits (README there gives the
- * pass criteria, numbered as here).
+ * random-weight models in ../shared/golden/logits and logits-deepseek2
+ * (README there gives the pass criteria, numbered as here).
  *
  * Teacher-forced: the 32 prompt ids as one batch (positions 0..31), then each
  * of the 32 decode ids alone at 32+k; 64 rows of logits are compared.
@@ -11,6 +11,10 @@
  *   2. fast kernels (quantised activations) against .exact.f32: max and rms
  *      within 1.5x llama.cpp's own native-vs-exact deviation (floor 1e-3),
  *      argmax on rows whose gap exceeds 2x that max;
+ *      in MoE files, a row whose expert choice differs from the exact
+ *      path's is left out (and printed) when the exact path decided that
+ *      choice by a margin under 0.01 (README: rounding flips such choices
+ *      and moves the row by half its std); at most 2 such rows;
  *   4. free-running greedy of the fast path: F32/F16/BF16 equal decode_ids,
  *      Q8_0 equal decode_ids or exact_greedy_decode_ids.
  * Every file is checked and every failure printed before the test fails. */
@@ -59,6 +63,10 @@ static float *read_f32(const char *path, int V)
     return d;
 }
 
+/* The folders of golden models racimo computes (logits-lowbit/ holds types
+ * it does not decode yet). */
+static const char *const golden_dirs[] = { "logits", "logits-deepseek2" };
+
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -70,31 +78,42 @@ static int load_cases(golden_case **out)
     const char *g = test_golden_dir();
     if (!g)
         SKIP("golden data not found (../shared/golden or $RACIMO_GOLDEN)");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/logits", g);
-    DIR *d = opendir(dir);
-    if (!d)
-        SKIP("no %s folder", dir);
+    /* names[i] is "<folder>/<file>.json" */
     char *names[256];
     int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 256) {
-        size_t len = strlen(e->d_name);
-        if (len > 5 && !strcmp(e->d_name + len - 5, ".json"))
-            names[n++] = strdup(e->d_name);
+    for (size_t k = 0; k < sizeof golden_dirs / sizeof golden_dirs[0]; k++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", g, golden_dirs[k]);
+        DIR *d = opendir(dir);
+        if (!d) {
+            fprintf(stderr, "  (no %s folder: its models are not checked)\n", dir);
+            continue;
+        }
+        struct dirent *e;
+        while ((e = readdir(d)) && n < 256) {
+            size_t len = strlen(e->d_name);
+            char path[600];
+            snprintf(path, sizeof path, "%s/%s", golden_dirs[k], e->d_name);
+            if (len > 5 && !strcmp(e->d_name + len - 5, ".json"))
+                names[n++] = strdup(path);
+        }
+        closedir(d);
     }
-    closedir(d);
+    if (!n)
+        SKIP("no golden models under %s", g);
     qsort(names, (size_t)n, sizeof names[0], cmp_str);
     golden_case *cs = calloc((size_t)n, sizeof *cs);
     for (int i = 0; i < n; i++) {
         golden_case *c = &cs[i];
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        char path[1200], dir[1100];
+        const char *slash = strrchr(names[i], '/');
+        snprintf(path, sizeof path, "%s/%s", g, names[i]);
+        snprintf(dir, sizeof dir, "%s/%.*s", g, (int)(slash - names[i]), names[i]);
         json_error_t err;
         c->root = json_load_file(path, 0, &err);
         if (!c->root)
             FAIL("%s: %s (line %d)", path, err.text, err.line);
-        snprintf(c->name, sizeof c->name, "%.*s", (int)strlen(names[i]) - 5, names[i]);
+        snprintf(c->name, sizeof c->name, "%.*s", (int)strlen(slash + 1) - 5, slash + 1);
         c->dtype = json_string_value(json_object_get(c->root, "dtype"));
         snprintf(c->gguf, sizeof c->gguf, "%s/%s", dir,
                  json_string_value(json_object_get(c->root, "file")));
@@ -160,11 +179,17 @@ static void greedy(stage *s, const golden_case *c, int *ids)
 
 typedef struct { double max_abs, rms; int bad_argmax; } diff_stats;
 
-static diff_stats diff(const float *got, const float *ref, int V, double gap_min)
+/* Rows left out of a comparison (skip[r] nonzero), or NULL. */
+static diff_stats diff_skip(const float *got, const float *ref, int V, double gap_min,
+                            const int8_t *skip)
 {
     diff_stats d = { 0, 0, 0 };
     double sq = 0;
+    int rows = 0;
     for (int r = 0; r < ROWS; r++) {
+        if (skip && skip[r])
+            continue;
+        rows++;
         const float *g = got + (size_t)r * V, *w = ref + (size_t)r * V;
         for (int t = 0; t < V; t++) {
             double e = fabs((double)g[t] - w[t]);
@@ -174,8 +199,92 @@ static diff_stats diff(const float *got, const float *ref, int V, double gap_min
         if (top_gap(w, V) >= gap_min && test_argmax(g, V) != test_argmax(w, V))
             d.bad_argmax++;
     }
-    d.rms = sqrt(sq / ((double)ROWS * V));
+    d.rms = sqrt(sq / ((double)(rows ? rows : 1) * V));
     return d;
+}
+
+static diff_stats diff(const float *got, const float *ref, int V, double gap_min)
+{
+    return diff_skip(got, ref, V, gap_min, NULL);
+}
+
+/* Expert choices of a teacher-forced run: the chosen set and its deciding
+ * margin per (layer, row). */
+#define MAX_LAYERS 8
+#define MAX_K 8
+typedef struct {
+    int base;                             /* row of the batch's first row */
+    int sel[MAX_LAYERS][ROWS][MAX_K];
+    float margin[MAX_LAYERS][ROWS];
+    bool seen[MAX_LAYERS][ROWS];
+} route_log;
+
+static void on_route(void *ud, int layer, int row, const int *chosen, int k, float margin)
+{
+    route_log *lg = ud;
+    int r = lg->base + row;
+    if (layer >= MAX_LAYERS || r >= ROWS || k > MAX_K)
+        return;
+    /* as a set: sorted */
+    int v[MAX_K];
+    memcpy(v, chosen, sizeof(int) * (size_t)k);
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            int t = v[j]; v[j] = v[j - 1]; v[j - 1] = t;
+        }
+    memcpy(lg->sel[layer][r], v, sizeof(int) * (size_t)k);
+    lg->margin[layer][r] = margin;
+    lg->seen[layer][r] = true;
+}
+
+/* teacher_forced with the expert choices recorded. */
+static void routed_run(model *m, int precision, const golden_case *c, route_log *lg, float *out)
+{
+    stage *s;
+    stage_params sp = { .n_ctx = 128, .n_seq = 1, .n_batch = NP, .n_threads = 2,
+                        .precision = precision, .kv_type = TT_F32, .on_route = on_route,
+                        .route_ud = lg };
+    const int V = m->hp.n_vocab;
+    memset(lg, 0, sizeof *lg);
+    CHECK_OK(stage_new(m, &sp, &s));
+    test_run_tokens(s, c->prompt, NP, 0, 0, NP, out);
+    for (int k = 0; k < NP; k++) {
+        lg->base = NP + k;
+        test_run_tokens(s, &c->decode[k], 1, 0, NP + k, 1, out + (size_t)(NP + k) * V);
+    }
+    stage_free(s);
+}
+
+/* Rows whose expert choice in the fast path differs from the exact path's
+ * (README criterion 2's note: rounded activations can flip a choice whose
+ * margin is small, which moves the row by half its std).  A flip is only
+ * accepted where the exact path's own margin was under 0.01; the row is
+ * then left out of the comparison and reported.  Returns 0, or the number
+ * of flips with a large margin (a kernel bug). */
+static int expert_flips(model *m, const golden_case *c, int8_t *skip, int *n_skip)
+{
+    static route_log fast, exact;
+    const int V = m->hp.n_vocab;
+    float *tmp = malloc(sizeof(float) * ROWS * V);
+    routed_run(m, MATMUL_FAST, c, &fast, tmp);
+    routed_run(m, MATMUL_EXACT, c, &exact, tmp);
+    free(tmp);
+    int bad = 0, k = m->hp.n_expert_used;
+    *n_skip = 0;
+    memset(skip, 0, ROWS);
+    for (int l = 0; l < MAX_LAYERS && l < m->hp.n_layer; l++)
+        for (int r = 0; r < ROWS; r++) {
+            if (!exact.seen[l][r] || !memcmp(fast.sel[l][r], exact.sel[l][r], sizeof(int) * (size_t)k))
+                continue;
+            bool small = exact.margin[l][r] < 0.01f;
+            fprintf(stderr, "       %s: layer %d row %d: experts differ from the exact path's "
+                    "(its margin %.2g%s)\n", c->name, l, r, exact.margin[l][r],
+                    small ? ": row left out" : ": TOO LARGE");
+            bad += !small;
+            *n_skip += !skip[r];
+            skip[r] = 1;
+        }
+    return bad;
 }
 
 static void run_golden(int precision)
@@ -212,7 +321,9 @@ static void run_golden(int precision)
         } else {
             double lim_max = fmax(1.5 * c->native_vs_exact_max, 1e-3);
             double lim_rms = fmax(1.5 * c->native_vs_exact_rms, 1e-3);
-            diff_stats d = diff(got, exact, V, 2 * c->native_vs_exact_max);
+            int8_t skip[ROWS] = { 0 };
+            int n_skip = 0, bad_flips = m->hp.n_expert > 0 ? expert_flips(m, c, skip, &n_skip) : 0;
+            diff_stats d = diff_skip(got, exact, V, 2 * c->native_vs_exact_max, skip);
             float *native = read_f32(c->ref_path, V);
             diff_stats dn = diff(got, native, V, INFINITY);
             free(native);
@@ -229,10 +340,12 @@ static void run_golden(int precision)
                 greedy_ok = !memcmp(ids, c->decode, sizeof ids) || !memcmp(ids, c->exact_greedy, sizeof ids);
                 greedy_word = greedy_ok ? "same" : "DIFFERENT";
             }
-            ok = d.max_abs <= lim_max && d.rms <= lim_rms && !d.bad_argmax && greedy_ok;
+            ok = d.max_abs <= lim_max && d.rms <= lim_rms && !d.bad_argmax && greedy_ok &&
+                 !bad_flips && n_skip <= 2;
             fprintf(stderr, "  %-4s %-18s fast: max %.3f (<= %.3f) rms %.4f (<= %.4f) argmax-miss %d "
-                    "vs-native max %.3f greedy %s\n", ok ? "ok" : "FAIL", c->name, d.max_abs, lim_max,
-                    d.rms, lim_rms, d.bad_argmax, dn.max_abs, greedy_word);
+                    "vs-native max %.3f greedy %s%s\n", ok ? "ok" : "FAIL", c->name, d.max_abs, lim_max,
+                    d.rms, lim_rms, d.bad_argmax, dn.max_abs, greedy_word,
+                    n_skip ? " (rows with flipped experts left out)" : "");
         }
         failures += !ok;
         free(exact); free(got); free(split);
@@ -246,3 +359,63 @@ static void run_golden(int precision)
 
 TEST_T(golden_logits_exact, 300) { run_golden(MATMUL_EXACT); }
 TEST_T(golden_logits_fast, 300)  { run_golden(MATMUL_FAST); }
+
+/* The 64 teacher-forced rows through a chain of stages [cut[i], cut[i+1]). */
+static void chain_rows(const golden_case *c, const int *cuts, int n_stages, float *out)
+{
+    model *m[4];
+    stage *s[4];
+    for (int i = 0; i < n_stages; i++)
+        test_open_stage(c->gguf, cuts[i], cuts[i + 1], MATMUL_FAST, 128, 1, NP, 2, &m[i], &s[i]);
+    const int V = m[0]->hp.n_vocab, E = m[0]->hp.n_embd;
+    float *h[2] = { malloc(sizeof(float) * NP * E), malloc(sizeof(float) * NP * E) };
+    int32_t ids[ROWS], pos[ROWS], seq[ROWS] = { 0 };
+    memcpy(ids, c->prompt, sizeof c->prompt);
+    memcpy(ids + NP, c->decode, sizeof c->decode);
+    for (int r = 0; r < ROWS; r++)
+        pos[r] = r;
+    /* the prompt as one batch, then one row per step */
+    for (int at = 0; at < ROWS; at = at ? at + 1 : NP) {
+        int n = at ? 1 : NP, n_out;
+        stage_batch b = { .n_rows = n, .token = ids + at, .pos = pos + at, .seq = seq };
+        for (int i = 0; i < n_stages; i++) {
+            float *dst = i == n_stages - 1 ? out + (size_t)at * V : h[i & 1];
+            CHECK_OK(stage_forward(s[i], &b, i ? h[(i - 1) & 1] : NULL, dst, &n_out));
+            CHECK_INT(n_out, ==, n);
+        }
+    }
+    free(h[0]);
+    free(h[1]);
+    for (int i = 0; i < n_stages; i++) {
+        stage_free(s[i]);
+        model_free(m[i]);
+    }
+}
+
+/* deepseek2 split into 2 and 3 stages (layer 0 dense, 1 and 2 MoE; the
+ * latent cache on the stage that owns each layer) computes the whole
+ * model's logits bit for bit. */
+TEST_T(golden_deepseek2_stage_chains, 120)
+{
+    golden_case *cs;
+    int n = load_cases(&cs), done = 0;
+    for (int i = 0; i < n; i++) {
+        const golden_case *c = &cs[i];
+        if (strncmp(c->name, "deepseek2", 9))
+            continue;
+        const int whole[] = { 0, 3 }, two[] = { 0, 1, 3 }, three[] = { 0, 1, 2, 3 };
+        float *a = malloc(sizeof(float) * ROWS * 512), *b = malloc(sizeof(float) * ROWS * 512);
+        chain_rows(c, whole, 1, a);
+        chain_rows(c, two, 2, b);
+        CHECK(!memcmp(a, b, sizeof(float) * ROWS * 512));
+        chain_rows(c, three, 3, b);
+        CHECK(!memcmp(a, b, sizeof(float) * ROWS * 512));
+        fprintf(stderr, "  ok   %-18s 2 and 3 stages = whole model\n", c->name);
+        free(a);
+        free(b);
+        done++;
+    }
+    free_cases(cs, n);
+    if (!done)
+        SKIP("no deepseek2 golden models (../shared/golden/logits-deepseek2)");
+}

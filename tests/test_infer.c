@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "base/rng.h"
 #include "tensor/types.h"
+#include "model/gguf.h"
 #include "model/synth.h"
 
 #define N_TOK 24
@@ -19,11 +20,11 @@ static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed)
         t[i] = (int32_t)(rng_next(&r) % (uint64_t)vocab);
 }
 
-typedef struct { double max_abs, rms, min_cos, ref_std; int argmax_agree, rows; } cmp_stats;
+typedef struct { double max_abs, rms, min_cos, ref_std; int argmax_agree, rows, rows_off; } cmp_stats;
 
 static cmp_stats compare(const float *a, const double *ref, int rows, int V)
 {
-    cmp_stats st = { 0, 0, 1, 0, 0, rows };
+    cmp_stats st = { 0, 0, 1, 0, 0, rows, 0 };
     double sq = 0, var = 0;
     for (int r = 0; r < rows; r++) {
         const float *x = a + (size_t)r * V;
@@ -43,6 +44,7 @@ static cmp_stats compare(const float *a, const double *ref, int rows, int V)
         for (int t = 0; t < V; t++) var += (y[t] - mean) * (y[t] - mean) / V;
         double c = dot / sqrt(nx * ny);
         if (c < st.min_cos) st.min_cos = c;
+        st.rows_off += c < 0.995;
         st.argmax_agree += ax == ay;
     }
     st.rms = sqrt(sq / ((double)rows * V));
@@ -100,6 +102,13 @@ static void check_path_against_ref(const char *path, const char *preset, int typ
         if (precision == MATMUL_EXACT || (type == TT_F32 && !mix)) {
             CHECK(st.max_abs <= 2e-4 * st.ref_std * 10);
             CHECK_INT(st.argmax_agree, >=, N_TOK - 1);
+        } else if (m->hp.n_expert > 0) {
+            /* Rounded activations may flip an expert choice whose margin
+             * is small (sigmoid routing with a bias has many): that moves
+             * one row, nothing else. */
+            CHECK(st.min_cos >= 0.9);
+            CHECK_INT(st.rows_off, <=, 2);
+            CHECK(st.rms <= 0.08 * st.ref_std);
         } else {
             CHECK(st.min_cos >= 0.995);
             CHECK(st.rms <= 0.08 * st.ref_std);
@@ -127,6 +136,130 @@ TEST(infer_ref_llama_q5_k)   { check_against_ref("tiny", TT_Q5_K, NULL); }
 TEST(infer_ref_llama_q6_k)   { check_against_ref("tiny", TT_Q6_K, NULL); }
 TEST(infer_ref_qwen3_q4_k_m) { check_against_ref("tiny-qwen3", TT_F32, "Q4_K_M"); }
 TEST(infer_ref_qwen3moe_q8_0){ check_against_ref("tiny-qwen3moe", TT_Q8_0, NULL); }
+
+TEST(infer_ref_deepseek2_f32)      { check_against_ref("tiny-deepseek2", TT_F32, NULL); }
+TEST(infer_ref_deepseek2_bf16)     { check_against_ref("tiny-deepseek2", TT_BF16, NULL); }
+TEST(infer_ref_deepseek2_q8_0)     { check_against_ref("tiny-deepseek2", TT_Q8_0, NULL); }
+TEST(infer_ref_deepseek2_q4_k_m)   { check_against_ref("tiny-deepseek2", TT_F32, "Q4_K_M"); }
+
+/* The other deepseek2 forms files carry: a plain attn_q (no q compression,
+ * V2-Lite), softmax routing without groups, bias or renormalisation, no
+ * rope scaling or linear scaling, several shared experts, and the older
+ * unsplit attn_kv_b. */
+static const char *write_deepseek2_variant(const char *name, void (*edit)(synth_params *))
+{
+    synth_params p;
+    CHECK_OK(synth_preset("tiny-deepseek2", &p));
+    edit(&p);
+    return test_write_model(&p, name);
+}
+
+static void v2_lite(synth_params *p)
+{
+    p->q_lora_rank = 0; p->gating = 1; p->n_expert_group = 0; p->expert_bias = false;
+    p->expert_weights_norm = false; p->expert_weights_scale = 1.0f; p->yarn_factor = 0;
+    p->n_expert_shared = 2; p->unsplit_kv_b = true;
+}
+
+static void unsplit_q8(synth_params *p) { p->unsplit_kv_b = true; p->type = TT_Q8_0; }
+
+TEST(infer_ref_deepseek2_variants)
+{
+    check_path_against_ref(write_deepseek2_variant("v2lite", v2_lite), "deepseek2-v2lite", TT_F32, NULL);
+    check_path_against_ref(write_deepseek2_variant("unsplit-q8", unsplit_q8), "deepseek2-unsplit",
+                           TT_Q8_0, NULL);
+}
+
+/* The older layout of an F32 split file: every layer's attn_k_b {Dn, R, H}
+ * and attn_v_b {R, Dv, H} joined into attn_kv_b {R, H*(Dn+Dv)}, head after
+ * head (k rows transposed back, then v rows), everything else copied. */
+typedef struct { const gguf_file *f; const char **src; } copy_ctx;
+
+static int copy_fill(void *ud, uint64_t i, void *dst, uint64_t size)
+{
+    copy_ctx *c = ud;
+    if (strstr(c->src[i], "attn_kv_b")) {
+        char kn[96], vn[96];
+        snprintf(kn, sizeof kn, "%.*sattn_k_b.weight", (int)(strstr(c->src[i], "attn_kv_b") - c->src[i]), c->src[i]);
+        snprintf(vn, sizeof vn, "%.*sattn_v_b.weight", (int)(strstr(c->src[i], "attn_kv_b") - c->src[i]), c->src[i]);
+        const gguf_tensor *k = gguf_find_tensor(c->f, kn), *v = gguf_find_tensor(c->f, vn);
+        const int64_t Dn = k->ne[0], R = k->ne[1], H = k->ne[2], Dv = v->ne[1];
+        const float *kb = k->data, *vb = v->data;
+        float *out = dst;
+        for (int64_t j = 0; j < H; j++) {
+            for (int64_t d = 0; d < Dn; d++)
+                for (int64_t r = 0; r < R; r++)
+                    out[(j * (Dn + Dv) + d) * R + r] = kb[(j * R + r) * Dn + d];
+            memcpy(out + (j * (Dn + Dv) + Dn) * R, vb + j * Dv * R, sizeof(float) * Dv * R);
+        }
+        return 0;
+    }
+    memcpy(dst, gguf_find_tensor(c->f, c->src[i])->data, size);
+    return 0;
+}
+
+static void write_unsplit(const char *split, const char *out)
+{
+    gguf_file *f;
+    CHECK_OK(gguf_open(split, &f));
+    gguf_writer *w = gguf_writer_new();
+    const char *src[256];
+    int n = 0;
+    for (uint64_t i = 0; i < f->n_kv; i++)
+        CHECK_OK(gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value));
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        const char *kb = strstr(t->name, "attn_k_b.weight");
+        CHECK(t->type == TT_F32);
+        if (strstr(t->name, "attn_v_b.weight"))
+            continue;
+        if (kb) {
+            char name[96];
+            const gguf_tensor *v = gguf_find_tensor(f, "blk.0.attn_v_b.weight");
+            int64_t ne[4] = { t->ne[1], t->ne[2] * (t->ne[0] + v->ne[1]), 1, 1 };
+            snprintf(name, sizeof name, "%.*sattn_kv_b.weight", (int)(kb - t->name), t->name);
+            CHECK_OK(gguf_writer_add_tensor(w, name, TT_F32, 2, ne));
+            src[n++] = strdup(name);
+            continue;
+        }
+        CHECK_OK(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne));
+        src[n++] = strdup(t->name);
+    }
+    copy_ctx c = { f, src };
+    CHECK_OK(gguf_writer_write(w, out, copy_fill, &c));
+    for (int i = 0; i < n; i++)
+        free((char *)src[i]);
+    gguf_writer_free(w);
+    gguf_close(f);
+}
+
+/* An unsplit attn_kv_b computes what the split pair computes: the split at
+ * load only moves exact values (F32 here), so the logits are the same bits. */
+TEST(infer_deepseek2_unsplit_kv_b_same_bits)
+{
+    const char *split = test_make_model("tiny-deepseek2", TT_F32, NULL);
+    char split_path[1024], joined[1024];
+    snprintf(split_path, sizeof split_path, "%s", split);
+    snprintf(joined, sizeof joined, "%s/ds2-joined.gguf", test_tmpdir());
+    write_unsplit(split_path, joined);
+    int32_t tok[N_TOK];
+    float *out[2];
+    const char *paths[2] = { split_path, joined };
+    for (int i = 0; i < 2; i++) {
+        model *m;
+        stage *s;
+        test_open_stage(paths[i], 0, -1, MATMUL_FAST, 64, 1, N_TOK, 2, &m, &s);
+        CHECK(m->layers[0].wkv_b.data == NULL && m->layers[0].wk_b.data != NULL);
+        random_tokens(tok, N_TOK, m->hp.n_vocab, 9);
+        out[i] = malloc(sizeof(float) * N_TOK * m->hp.n_vocab);
+        test_run_tokens(s, tok, N_TOK, 0, 0, 5, out[i]);
+        stage_free(s);
+        model_free(m);
+    }
+    CHECK(memcmp(out[0], out[1], sizeof(float) * N_TOK * 512) == 0);
+    free(out[0]);
+    free(out[1]);
+}
 
 /* Stage [0,k) feeding [k,n) gives the same logits as [0,n), bit for bit. */
 static void check_layer_split(const char *preset, int type, int precision)
@@ -169,6 +302,7 @@ static void check_layer_split(const char *preset, int type, int precision)
 TEST(infer_layer_split_exact) { check_layer_split("tiny", TT_Q8_0, MATMUL_EXACT); }
 TEST(infer_layer_split_fast)  { check_layer_split("tiny-qwen3", TT_Q4_K, MATMUL_FAST); }
 TEST(infer_layer_split_moe)   { check_layer_split("tiny-qwen3moe", TT_Q6_K, MATMUL_FAST); }
+TEST(infer_layer_split_deepseek2) { check_layer_split("tiny-deepseek2", TT_Q8_0, MATMUL_FAST); }
 
 /* One batch of 24 = 12 + 12 = one token at a time, and threads do not
  * change a bit. */

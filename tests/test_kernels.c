@@ -671,6 +671,59 @@ TEST(kernels_matmul_batch_invariant)
     pool_free(pool);
 }
 
+/* matmul_batched: every slice of a 3-D tensor against its own rows, with
+ * strides (the heads of latent attention), gives each slice's matmul bits,
+ * for 1 and several rows, both precisions, on 1 and 3 threads. */
+TEST(kernels_matmul_batched_is_matmul)
+{
+    tensor_kernels_init();
+    rng_state r;
+    rng_seed(&r, 31);
+    static const int types[] = { TT_F32, TT_BF16, TT_Q8_0, TT_Q5_0, TT_Q4_K };
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const int type = types[k];
+        const int64_t n = type == TT_Q4_K ? QK_K : 64;
+        const int n_out = 13, n_mats = 5;
+        const size_t wrb = tensor_row_bytes(type, n);
+        uint8_t *wdata = xmalloc(wrb * (size_t)(n_out * n_mats));
+        for (int o = 0; o < n_out * n_mats; o++)
+            make_weights(&r, type, n, 0, 1.0f, 0.0f, wdata + (size_t)o * wrb);
+        tensor W = { .data = wdata, .type = type, .n_dims = 3, .ne = { n, n_out, n_mats, 1 },
+                     .row_bytes = wrb, .name = "W" };
+        for (int n_rows = 1; n_rows <= 6; n_rows += 5)
+            for (int mode = MATMUL_FAST; mode <= MATMUL_EXACT; mode++)
+                for (int nth = 1; nth <= 3; nth += 2) {
+                    /* rows of n_mats heads: [row][head][n], out [row][head][n_out + 1] */
+                    const int ldx = (int)n * n_mats, ldy = (n_out + 1) * n_mats;
+                    float *X = xmalloc(sizeof(float) * (size_t)ldx * n_rows);
+                    float *Yb = xmalloc(sizeof(float) * (size_t)ldy * n_rows);
+                    float *Y1 = xmalloc(sizeof(float) * (size_t)ldy * n_rows);
+                    fill_normal(&r, X, (int64_t)ldx * n_rows, 1.0f, 0.0f);
+                    void *scratch = xmalloc(matmul_scratch_bytes(&W, n_rows * n_mats, mode) + 64);
+                    thread_pool *pool = pool_new(nth);
+                    matmul_batched(pool, &W, n_mats, X, ldx, (size_t)n, n_rows, Yb, ldy,
+                                   (size_t)n_out + 1, mode, scratch);
+                    for (int j = 0; j < n_mats; j++) {
+                        tensor w = tensor_slice2(&W, j);
+                        matmul(pool, &w, X + (size_t)j * n, ldx, n_rows, Y1 + (size_t)j * (n_out + 1),
+                               ldy, mode, scratch);
+                    }
+                    for (int row = 0; row < n_rows; row++)
+                        for (int j = 0; j < n_mats; j++)
+                            for (int o = 0; o < n_out; o++) {
+                                size_t at = (size_t)row * ldy + (size_t)j * (n_out + 1) + o;
+                                if (fp32_bits(Yb[at]) != fp32_bits(Y1[at]))
+                                    FAIL("%s rows %d mode %d threads %d: slice %d out %d: batched "
+                                         "%.9g, alone %.9g", tensor_type_name(type), n_rows, mode,
+                                         nth, j, o, Yb[at], Y1[at]);
+                            }
+                    pool_free(pool);
+                    free(scratch); free(X); free(Yb); free(Y1);
+                }
+        free(wdata);
+    }
+}
+
 /* ---- attention and SwiGLU -------------------------------------------------- */
 
 /* The active attention (SIMD when the CPU has it) against the reference, on

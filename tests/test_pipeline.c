@@ -186,10 +186,12 @@ static engine *pipeline_engine(node *head, const lm *l, const char *model_name,
     return e;
 }
 
+static const char *model_preset = "tiny";   /* of write_model */
+
 static void write_model(const char *path)
 {
     synth_params p;
-    CHECK_OK(synth_preset("tiny", &p));
+    CHECK_OK(synth_preset(model_preset, &p));
     p.n_layer = 4;
     p.type = TT_Q8_0;
     CHECK_OK(synth_write(path, &p));
@@ -464,5 +466,53 @@ TEST_T(pipeline_tensor_parallel_same_tokens, 120)
     check_death(e, &b);
     lm_close(&head);
     lm_close(&whole);
+    stop(&a);
+}
+
+/* deepseek2 (latent attention, routed and shared experts, a dense first
+ * layer) on two nodes: layer ranges, and tensor parallel with the heads cut
+ * and the experts whole per shard (expert parallelism), give one engine's
+ * tokens; a set-up without the cut revision (a head of protocol 1.2) is
+ * refused with the reason. */
+TEST_T(pipeline_deepseek2_expert_parallel, 120)
+{
+    node a = { 0 }, b = { 0 };
+    char pa[800];
+    lm whole, head;
+    collect ref[N_REQ], got[N_REQ];
+    model_preset = "tiny-deepseek2";
+    two_nodes(&a, &b, "da", "db", pa, sizeof pa, &whole, ref);
+    model_preset = "tiny";
+    CHECK_OK(lm_open(&head, pa, false, NULL));
+    engine *e = pipeline_engine(&a, &head, "m4", cluster_self_id(b.c), cluster_self_id(a.c), 2,
+                                true);
+    run_all(e, got, 20);
+    check_same(got, ref);
+    engine_free(e);
+    e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 0, true);
+    run_all(e, got, 20);
+    check_same(got, ref);
+    json_t *st = pipeline_status(a.p);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(st, "instances"), 0),
+                                                "split")), "tensor");
+    json_decref(st);
+    engine_free(e);
+    /* a head that cuts shards the 1.2 way */
+    setenv("RACIMO_TEST_SHARD_CUT", "0", 1);
+    pipeline_spec spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.model, sizeof spec.model, "m4");
+    spec.n_layer = 4; spec.n_embd = 256; spec.n_vocab = 512; spec.n_ctx = 64; spec.n_seq = 1;
+    spec.n_batch = 8; spec.n_stages = 2; spec.tensor = true; spec.wire_f32 = true;
+    snprintf(spec.stage[0].node, 33, "%s", cluster_self_id(a.c));
+    snprintf(spec.stage[1].node, 33, "%s", cluster_self_id(b.c));
+    spec.stage[0].last = spec.stage[1].last = 4;
+    engine_exec *x = NULL;
+    CHECK(pipeline_exec_new(a.p, &spec, 10000, NULL, NULL, &x) < 0);
+    CHECK(strstr(rc_errmsg(), "cuts tensor-parallel shards another way") != NULL);
+    unsetenv("RACIMO_TEST_SHARD_CUT");
+    lm_close(&head);
+    lm_close(&whole);
+    stop(&b);
     stop(&a);
 }

@@ -256,34 +256,59 @@ TEST(placement_tensor_parallel)
     placement_node two[] = { nodes[0], nodes[2] };
     CHECK_OK(placement_make(&fm.ms, two, 2, NULL, &o, &p));
     CHECK(p.fits && p.tensor && p.n_stages == 2);
+    /* a node of protocol 1.2 is never a shard (it cuts models another way) */
+    two[0].old_cut = true;
+    CHECK_OK(placement_make(&fm.ms, two, 2, NULL, &o, &p));
+    CHECK(!p.fits);
+    two[0].old_cut = false;
     two[1].mem_avail -= 2 * MiB;              /* a share no longer fits on n3 */
     CHECK_OK(placement_make(&fm.ms, two, 2, NULL, &o, &p));
     CHECK(!p.fits);
 }
 
 /* The shard counts a model file can be cut into, from its tensor infos. */
-static uint32_t ways_of(const char *preset, int type)
+static uint32_t ways_of_whole(const char *preset, int type, uint32_t *whole)
 {
     gguf_file *f;
     CHECK_OK(gguf_open_meta(test_make_model(preset, type, NULL), &f));
     model_sizes ms;
     CHECK_OK(model_sizes_read(f, &ms));
     uint32_t w = ms.tp_ways;
+    *whole = ms.tp_attn_whole;
     model_sizes_free(&ms);
     gguf_close(f);
     return w;
 }
+
+static uint32_t ways_of(const char *preset, int type)
+{
+    uint32_t whole;
+    return ways_of_whole(preset, type, &whole);
+}
+
+/* Bits lo..hi. */
+static uint32_t bits(int lo, int hi) { return (uint32_t)((2ull << hi) - (1ull << lo)); }
 
 /* --split auto: tensor parallel where placement expects it faster for one
  * stream (fast links) and the model can be cut that many ways; layer
  * ranges otherwise. */
 TEST(placement_auto_split)
 {
-    /* tiny: 2 key/value heads, 32-wide heads; Q4_K's 256-element blocks
-     * cannot take the attention output's cut */
-    CHECK_INT(ways_of("tiny", TT_Q8_0), ==, 1u << 2);
-    CHECK_INT(ways_of("tiny", TT_Q4_K), ==, 0);
-    CHECK_INT(ways_of("tiny-qwen3moe", TT_Q8_0), ==, 1u << 2);
+    /* tiny: 2 key/value heads, 32-wide heads, 512 FFN units: Q8_0 cuts the
+     * heads in 2 and the FFN in up to 16 (beyond 2, every shard runs every
+     * head); Q4_K's 256-element blocks take no cut of the attention output
+     * and two of the FFN */
+    uint32_t whole;
+    CHECK_INT(ways_of_whole("tiny", TT_Q8_0, &whole), ==, bits(2, 16));
+    CHECK_INT(whole, ==, bits(3, 16));
+    CHECK_INT(ways_of_whole("tiny", TT_Q4_K, &whole), ==, 1u << 2);
+    CHECK_INT(whole, ==, 1u << 2);
+    /* 4 experts, whole per shard */
+    CHECK_INT(ways_of("tiny-qwen3moe", TT_Q8_0), ==, bits(2, 4));
+    /* deepseek2: 8 heads one by one, 8 experts, the dense layer's 512
+     * units on Q8_0's blocks */
+    CHECK_INT(ways_of_whole("tiny-deepseek2", TT_Q8_0, &whole), ==, bits(2, 8));
+    CHECK_INT(whole, ==, 0);
 
     fake_model fm;
     fake(&fm, 32, 100, 100, 100, 0);
@@ -482,7 +507,7 @@ TEST(placement_nodes_from_cluster_view)
 {
     const char *js =
         "{\"nodes\":["
-        " {\"id\":\"bbbb\",\"name\":\"beta\",\"state\":\"up\",\"hardware\":{\"mem_total\":17179869184,"
+        " {\"id\":\"bbbb\",\"name\":\"beta\",\"state\":\"up\",\"protocol\":\"1.2\",\"hardware\":{\"mem_total\":17179869184,"
         "  \"mem_free\":10737418240,\"mem_offer\":4294967296,\"mem_bandwidth\":40000000000,\"matmul_gflops\":100.5}},"
         " {\"id\":\"aaaa\",\"name\":\"alpha\",\"state\":\"up\",\"hardware\":{\"mem_total\":8589934592,"
         "  \"mem_free\":4294967296,\"mem_bandwidth\":null,\"matmul_gflops\":null}},"
@@ -501,6 +526,9 @@ TEST(placement_nodes_from_cluster_view)
     CHECK_INT(nodes[0].mem_avail, ==, 4 * GiB);
     CHECK_NEAR(nodes[0].bw_gbs, 40.0, 1e-9);
     CHECK_NEAR(nodes[0].gflops, 100.5, 1e-9);
+    /* protocol 1.2 cuts tensor-parallel shards another way; no protocol
+     * given (hypothetical nodes, tests): taken as current */
+    CHECK(nodes[0].old_cut && !nodes[1].old_cut);
     /* no offer published: free memory minus the reserve (a tenth of 8 GiB) */
     CHECK_INT(nodes[1].mem_avail, ==, 4 * GiB - 8 * GiB / 10);
     CHECK_NEAR(nodes[1].bw_gbs, 0, 0);

@@ -33,27 +33,44 @@ static void check_shards_path(const char *path, const char *preset, int type, in
                         .precision = precision };
     shard_group *g;
     CHECK_OK(shard_group_new(path, n_ranks, &sp, f16, &g));
-    uint64_t held = 0;
-    int heads = 0, kv = 0, ff = 0, vocab = 0;
+    uint64_t held = 0, attn_bytes = 0;
+    int heads = 0, kv = 0, ff = 0, exps = 0, vocab = 0;
+    const bool whole = shard_group_model(g, 0)->shard.attn_whole;
     for (int r = 0; r < n_ranks; r++) {
         const model *m = shard_group_model(g, r);
         const model_shard *sh = &m->shard;
         CHECK_INT(sh->rank, ==, r);
-        CHECK_INT(sh->head0, ==, heads);
-        CHECK_INT(sh->kv0, ==, kv);
+        CHECK(sh->attn_whole == whole);
+        CHECK_INT(sh->head0, ==, whole ? 0 : heads);
+        CHECK_INT(sh->kv0, ==, whole ? 0 : kv);
         CHECK_INT(sh->ff0, ==, ff);
+        CHECK_INT(sh->exp0, ==, exps);
         CHECK_INT(sh->vocab0, ==, vocab);
-        heads += sh->n_head; kv += sh->n_head_kv; ff += sh->n_ff; vocab += sh->n_vocab;
+        heads += sh->n_head; kv += sh->n_head_kv; ff += sh->n_ff; exps += sh->n_exp;
+        vocab += sh->n_vocab;
         held += m->weight_bytes;
     }
-    CHECK_INT(heads, ==, m_all->hp.n_head);
-    CHECK_INT(kv, ==, m_all->hp.n_head_kv);
-    CHECK_INT(ff, ==, m_all->hp.n_expert > 0 ? m_all->hp.n_ff_exp : m_all->hp.n_ff);
+    CHECK_INT(heads, ==, m_all->hp.n_head * (whole ? n_ranks : 1));
+    CHECK_INT(kv, ==, m_all->hp.n_head_kv * (whole ? n_ranks : 1));
+    CHECK_INT(ff, ==, m_all->hp.n_ff);
+    CHECK_INT(exps, ==, m_all->hp.n_expert);
     CHECK_INT(vocab, ==, V);
+    int n_sums = 0;     /* reduces per forward pass */
+    for (int l = 0; l < m_all->hp.n_layer; l++) {
+        const layer_weights *L = &m_all->layers[l];
+        /* on every shard: the latent projections and the router; with
+         * uncut heads, the whole attention */
+        const tensor *rep[] = { &L->wq_a, &L->wkv_a, &L->gate_inp, &L->wq, &L->wk, &L->wv, &L->wo,
+                                &L->wq_b, &L->wk_b, &L->wv_b };
+        for (size_t i = 0; i < sizeof rep / sizeof rep[0] && (i < 3 || whole); i++)
+            attn_bytes += rep[i]->data ? rep[i]->row_bytes * (uint64_t)(rep[i]->ne[1] * rep[i]->ne[2]) : 0;
+        n_sums += whole ? 1 : 2;
+    }
     /* Every shard maps the embedding table for look-ups and keeps the
-     * norms; the rest is cut. */
+     * norms (and, when the heads are not cut, the whole attention); the
+     * rest is cut. */
     double emb = (double)m_all->tok_embd.row_bytes * V, all = (double)m_all->weight_bytes;
-    CHECK((double)held <= all + (n_ranks - 1) * (emb + 0.02 * all));
+    CHECK((double)held <= all + (n_ranks - 1) * (emb + 0.02 * all + (double)attn_bytes));
     CHECK(shard_group_model(g, 0)->weight_bytes < m_all->weight_bytes);
 
     int32_t tok[2 * N_PROMPT], pos[2 * N_PROMPT], seq[2 * N_PROMPT];
@@ -100,7 +117,7 @@ static void check_shards_path(const char *path, const char *preset, int type, in
             preset, tensor_type_name(type), n_ranks, f16 ? " (f16 parts)" : "", worst, flips,
             shard_group_sums(g));
     CHECK(worst <= (f16 ? tol * scale : tol));
-    CHECK_INT(shard_group_sums(g), ==, (long)(N_STEPS + 1) * 2 * m_all->hp.n_layer);
+    CHECK_INT(shard_group_sums(g), ==, (long)(N_STEPS + 1) * n_sums);
     shard_group_free(g);
     free(want); free(got);
     stage_free(s_all);
@@ -123,24 +140,63 @@ TEST(shard_llama_f32_exact_2)  { check_shards("tiny", TT_F32, MATMUL_EXACT, 2, 1
 TEST(shard_qwen2_q8_0_fast_2)  { check_shards("tiny-qwen2", TT_Q8_0, MATMUL_FAST, 2, 2e-3); }
 TEST(shard_qwen3_q4_0_fast_2)  { check_shards("tiny-qwen3", TT_Q4_0, MATMUL_FAST, 2, 2e-3); }
 TEST(shard_llama_q5_1_fast_2)  { check_shards("tiny", TT_Q5_1, MATMUL_FAST, 2, 2e-3); }
-/* mixture of experts: each shard holds a range of every expert's FFN units */
+/* mixture of experts: each shard holds a range of the experts, whole */
 TEST(shard_qwen3moe_f32_exact_2) { check_shards("tiny-qwen3moe", TT_F32, MATMUL_EXACT, 2, 1e-4); }
 TEST(shard_qwen3moe_q8_0_fast_2) { check_shards("tiny-qwen3moe", TT_Q8_0, MATMUL_FAST, 2, 2e-3); }
+TEST(shard_qwen3moe_q4_k_fast_3) { check_shards("tiny-qwen3moe", TT_Q4_K, MATMUL_FAST, 3, 2e-3); }
+/* latent attention cut by heads; routed experts whole per shard; the
+ * shared expert cut by units (F32/Q8_0) or run by shard 0 (Q4_K: 128 units
+ * on 256-element blocks); the dense first layer cut by units */
+TEST(shard_deepseek2_f32_exact_2_3_4)
+{
+    const char *path = test_make_model("tiny-deepseek2", TT_F32, NULL);
+    for (int n = 2; n <= 4; n++)
+        check_shards_path(path, "tiny-deepseek2", TT_F32, MATMUL_EXACT, n, 1e-4, false);
+}
+TEST(shard_deepseek2_q8_0_fast_3) { check_shards("tiny-deepseek2", TT_Q8_0, MATMUL_FAST, 3, 2e-3); }
+TEST(shard_deepseek2_q4_k_fast_2) { check_shards("tiny-deepseek2", TT_Q4_K, MATMUL_FAST, 2, 2e-3); }
+
+/* What cannot be cut on the blocks of its type is not cut: the attention
+ * runs on every shard, the shared experts on shard 0. */
+TEST(shard_falls_back_to_whole_parts)
+{
+    model *m = NULL;
+    /* tiny has 2 key/value heads: with 3 shards each runs every head */
+    CHECK_OK(model_load_shard(test_make_model("tiny", TT_Q8_0, NULL), 0, -1, 2, 3, &m));
+    CHECK(m->shard.attn_whole && m->shard.n_head == m->hp.n_head);
+    model_free(m);
+    /* Q4_K's 256-element blocks: attention output columns 128 wide per shard */
+    CHECK_OK(model_load_shard(test_make_model("tiny", TT_Q4_K, NULL), 0, -1, 1, 2, &m));
+    CHECK(m->shard.attn_whole);
+    model_free(m);
+    /* deepseek2 Q4_K with 256-unit experts: the shared expert is one block */
+    synth_params p;
+    char ds[1024];
+    CHECK_OK(synth_preset("tiny-deepseek2", &p));
+    p.type = TT_Q4_K;
+    p.n_ff_exp = 256;
+    snprintf(ds, sizeof ds, "%s", test_write_model(&p, "ds2-shexp256"));
+    CHECK_OK(model_load_shard(ds, 0, -1, 0, 2, &m));
+    CHECK(m->shard.n_sh == 256 && m->layers[1].gate_shexp.data);
+    model_free(m);
+    CHECK_OK(model_load_shard(ds, 0, -1, 1, 2, &m));
+    CHECK(m->shard.n_sh == 0 && !m->layers[1].gate_shexp.data && m->shard.n_exp == 4);
+    model_free(m);
+    check_shards_path(ds, "tiny-deepseek2 shexp256", TT_Q4_K, MATMUL_EXACT, 2, 1e-4, false);
+}
 
 TEST(shard_refuses_what_cannot_be_cut)
 {
     model *m = NULL;
-    /* tiny has 2 key/value heads: 3 shards cannot share them */
-    CHECK_INT(model_load_shard(test_make_model("tiny", TT_Q8_0, NULL), 0, -1, 0, 3, &m), ==, RC_EINVAL);
-    CHECK(strstr(rc_errmsg(), "key/value heads"));
-    CHECK(m == NULL);
-    /* Q4_K's 256-element blocks: attention output columns 128 wide per shard */
-    CHECK_INT(model_load_shard(test_make_model("tiny", TT_Q4_K, NULL), 0, -1, 1, 2, &m), ==, RC_EINVAL);
-    CHECK(strstr(rc_errmsg(), "attention output"));
-    /* 256 FFN units per expert on Q4_K's 256-element blocks: one block, two shards */
-    CHECK_INT(model_load_shard(test_make_model("tiny-qwen3moe", TT_Q4_K, NULL), 0, -1, 0, 2, &m), ==,
+    /* 4 experts cannot be shared by 5 shards */
+    CHECK_INT(model_load_shard(test_make_model("tiny-qwen3moe", TT_Q8_0, NULL), 0, -1, 0, 5, &m), ==,
               RC_EINVAL);
-    CHECK(strstr(rc_errmsg(), "FFN units per expert"));
+    CHECK(strstr(rc_errmsg(), "experts"));
+    CHECK(m == NULL);
+    /* 512 FFN units on Q4_K's 256-element blocks: two blocks, three shards */
+    CHECK_INT(model_load_shard(test_make_model("tiny", TT_Q4_K, NULL), 0, -1, 0, 3, &m), ==,
+              RC_EINVAL);
+    CHECK(strstr(rc_errmsg(), "FFN units"));
     CHECK_INT(model_load_shard(test_make_model("tiny", TT_Q8_0, NULL), 0, -1, 2, 2, &m), ==, RC_EINVAL);
     /* A shard's stage needs a way to sum */
     CHECK_OK(model_load_shard(test_make_model("tiny", TT_Q8_0, NULL), 0, -1, 0, 2, &m));

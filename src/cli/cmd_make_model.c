@@ -21,6 +21,8 @@ static void usage(FILE *f)
         "  --layers N        override the number of layers\n"
         "  --vocab N         override the vocabulary size\n"
         "  --seed N          random seed (default 1)\n"
+        "  --no-weights      write the head only, the data a hole (sparse): the real\n"
+        "                    shapes of a model too large to write, for `racimo plan`\n"
         "  -o FILE           output path\n", synth_preset_names());
 }
 
@@ -28,6 +30,7 @@ int cmd_make_model(int argc, char **argv)
 {
     const char *preset = NULL, *type = "F32", *out = NULL;
     long layers = 0, vocab = 0, seed = 1;
+    int head_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -35,6 +38,7 @@ int cmd_make_model(int argc, char **argv)
         else if (!strcmp(a, "--preset") && has) preset = argv[++i];
         else if (!strcmp(a, "--type") && has) type = argv[++i];
         else if (!strcmp(a, "-o") && has) out = argv[++i];
+        else if (!strcmp(a, "--no-weights")) head_only = 1;
         else if (!strcmp(a, "--layers") && has && !cli_parse_int(argv[i + 1], 1, 4096, &layers)) i++;
         else if (!strcmp(a, "--vocab") && has && !cli_parse_int(argv[i + 1], 300, 1 << 24, &vocab)) i++;
         else if (!strcmp(a, "--seed") && has && !cli_parse_int(argv[i + 1], 0, 1L << 62, &seed)) i++;
@@ -63,7 +67,7 @@ int cmd_make_model(int argc, char **argv)
     if (layers) p.n_layer = (int)layers;
     if (vocab) p.n_vocab = (int)vocab;
     p.seed = (uint64_t)seed;
-    if (synth_write(out, &p))
+    if (head_only ? synth_write_head(out, &p) : synth_write(out, &p))
         return cli_error("make-model");
     fprintf(stderr, "wrote %s\n", out);
     return 0;

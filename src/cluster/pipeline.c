@@ -65,6 +65,11 @@ enum { PART_SUM = 0, PART_LOGITS = 1, PART_CANDS = 2 };
 enum { ENC_NONE = 0, ENC_F16 = 1, ENC_F32 = 2 };
 #define BATCH_HDR (WIRE_ID_BYTES + 5 * 4)
 #define MAX_BIAS_WIRE 1000000
+/* The revision of how shards cut a model (model_shard_plan): 2 since
+ * protocol 1.3 (experts whole per shard, heads uncut where the attention
+ * output's blocks forbid it); a 1.2 head sends none (0) and cut MoE
+ * experts by units, so its shards would not add up with ours. */
+#define SHARD_CUT 2
 
 typedef struct msg {
     struct msg *next;
@@ -83,6 +88,7 @@ typedef struct stage_inst {
     char next_node[33];
     int first, last, n_ctx, n_seq, n_batch, n_threads, n_embd_want;
     bool wire_f32;
+    int cut;                  /* SHARD_CUT of the head's set-up (tensor parallel) */
     model *m;
     stage *st;
     sample_set *ss;
@@ -698,6 +704,10 @@ static void pull_progress(void *ud, uint64_t done, uint64_t total, double bytes_
 static int stage_load(stage_inst *si)
 {
     char path[1200];
+    if (si->n_ranks > 1 && si->cut != SHARD_CUT)
+        return rc_fail(RC_EUNSUPPORTED, "the head cuts tensor-parallel shards another way (cut "
+                       "%d, protocol 1.2 or older; this node cuts %d): update the head's racimo",
+                       si->cut, SHARD_CUT);
     int rc = cluster_model_path(si->p->c, si->model_name, path, sizeof path);
     if (rc == RC_ENOTFOUND && si->p->w)
         rc = weights_ensure_shard(si->p->w, si->model_name, si->first, si->last, si->rank,
@@ -1149,11 +1159,12 @@ static void on_setup(pipeline *p, const char *from, const uint8_t *data, size_t 
                threads = 0, n_embd = 0, n_stages = 0;
     const char *model_name = NULL, *next = NULL, *wire_enc = NULL;
     json_t *shards = NULL;
-    if (!j || json_unpack(j, "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s?o}",
+    json_int_t cut = 0;
+    if (!j || json_unpack(j, "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s?o, s?I}",
                           "inst", &inst, "index", &index, "model", &model_name, "first", &first,
                           "last", &last, "n_ctx", &n_ctx, "n_seq", &n_seq, "n_batch", &n_batch,
                           "threads", &threads, "n_embd", &n_embd, "wire", &wire_enc, "next",
-                          &next, "n_stages", &n_stages, "shards", &shards) ||
+                          &next, "n_stages", &n_stages, "shards", &shards, "cut", &cut) ||
         (shards && (!json_is_array(shards) || json_array_size(shards) < 2 ||
                     json_array_size(shards) > PIPELINE_MAX_STAGES ||
                     (size_t)index >= json_array_size(shards))) ||
@@ -1187,6 +1198,7 @@ static void on_setup(pipeline *p, const char *from, const uint8_t *data, size_t 
                                                                   : os_n_physical_cores();
     si->n_embd_want = (int)n_embd;
     si->wire_f32 = !strcmp(wire_enc, "f32");
+    si->cut = (int)cut;
     si->n_ranks = 1;
     if (shards) {
         si->n_ranks = (int)json_array_size(shards);
@@ -1710,6 +1722,12 @@ static int send_setup(pipeline *p, head_exec *h, int k)
                           "n_embd", s->n_embd, "wire", s->wire_f32 ? "f32" : "f16", "next",
                           k + 1 < s->n_stages && !s->tensor ? s->stage[k + 1].node : "",
                           "n_stages", s->n_stages, "shards", shards);
+    /* RACIMO_TEST_SHARD_CUT: what a head of another revision sends (tests;
+     * 0 = none, as protocol 1.2) */
+    const char *tc = getenv("RACIMO_TEST_SHARD_CUT");
+    int cut = tc ? atoi(tc) : SHARD_CUT;
+    if (j && shards && cut > 0)
+        json_object_set_new(j, "cut", json_integer(cut));
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!txt)

@@ -104,22 +104,30 @@ static placement_stage *stage_on(const problem *P, placement *p, int s, int node
     return st;
 }
 
-/* Tensor parallel over the k nodes of `set`: equal parts of every layer.
- * A token waits for the slowest node, and for 2 exchanges per layer plus
- * the logits' gather over the slowest link of the set. */
+/* Tensor parallel over the k nodes of `set`: equal parts of every layer,
+ * but for what every shard holds whole (norms, routers, latent
+ * projections; all attention heads where the heads cannot be cut; the
+ * latent KV cache).  A token waits for the slowest node, and for 2
+ * exchanges per layer (1 when the attention is not cut) plus the logits'
+ * gather over the slowest link of the set. */
 static bool try_tensor(const problem *P, const int *set, int k, placement *p)
 {
     const model_sizes *ms = P->ms;
     if (P->cut_known && !(k < 32 && (ms->tp_ways >> k & 1u)))
         return false;                     /* the model cannot be cut k ways */
     const int L = ms->n_layer;
+    const bool whole = k < 32 && (ms->tp_attn_whole >> k & 1u);
+    const uint64_t rep = ms->replicated_bytes + (whole ? ms->attn_bytes : 0);
     uint64_t cut = P->pre[L] + (ms->tied ? 0 : ms->output_bytes);
-    uint64_t weights = scaled(P, ms->shared_bytes + ms->embd_bytes + cut / (uint64_t)k);
-    uint64_t kv = model_sizes_kv_bytes(ms, 0, L, P->tokens) / (uint64_t)k;
-    double decode = (double)scaled(P, model_sizes_stage_decode_bytes(ms, 0, L)) / k;
+    cut = cut > rep ? cut - rep : 0;
+    uint64_t weights = scaled(P, ms->shared_bytes + ms->embd_bytes + rep + cut / (uint64_t)k);
+    uint64_t kv = model_sizes_kv_bytes(ms, 0, L, P->tokens) / (ms->kv_whole || whole ? 1 : (uint64_t)k);
+    uint64_t all = model_sizes_stage_decode_bytes(ms, 0, L);
+    all = all > rep ? all - rep : 0;
+    double decode = (double)scaled(P, rep) + (double)scaled(P, all) / k;
     double slowest = 0, hop = 0;
     for (int s = 0; s < k; s++) {
-        if (weights + kv > P->avail[set[s]])
+        if (weights + kv > P->avail[set[s]] || P->nodes[set[s]].old_cut)
             return false;
         double t = decode / (bw_of(&P->nodes[set[s]]) * 1e9) * 1e3;
         slowest = t > slowest ? t : slowest;
@@ -139,7 +147,7 @@ static bool try_tensor(const problem *P, const int *set, int k, placement *p)
         st->kv_bytes = kv;
         st->ms_per_token = decode / (bw_of(nd) * 1e9) * 1e3;
     }
-    double ms_tok = slowest + (2.0 * L + 1) * hop;
+    double ms_tok = slowest + ((whole ? 1.0 : 2.0) * L + 1) * hop;
     p->tokens_per_s = ms_tok > 0 ? 1000.0 / ms_tok : 0;
     return true;
 }
@@ -623,6 +631,10 @@ int placement_nodes_from_view(const json_t *view, placement_node **nodes, int *n
         double gf = json_number_value(json_object_get(hw, "matmul_gflops"));
         p->gflops = gf > 0 ? gf : 0;
         p->mem_avail = placement_node_avail(p, 0);
+        const char *proto = json_string_value(json_object_get(o, "protocol"));
+        int major = 0, minor = 0;
+        p->old_cut = proto && sscanf(proto, "%d.%d", &major, &minor) == 2 && major == 1 &&
+                     minor < 3;
     }
     if (link_ms && m > 0) {
         *link_ms = rc_calloc((size_t)m * (size_t)m, sizeof **link_ms);

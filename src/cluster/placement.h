@@ -49,6 +49,8 @@ typedef struct {
     double gflops;           /* matmul speed (0: unknown) */
     uint64_t mem_total, mem_free, mem_offer;   /* as published; 0 for hypothetical nodes,
                                                   whose mem_avail is taken as given */
+    bool old_cut;            /* speaks protocol < 1.3, which cuts tensor-parallel shards
+                                another way: never a shard of a 1.3 instance */
 } placement_node;
 
 typedef struct {

@@ -13,7 +13,7 @@ int kv_cache_init(kv_cache *kv, int n_layer, int n_seq, int n_ctx, int n_head, i
     memset(kv, 0, sizeof *kv);
     if (type != TT_F32 && type != TT_F16)
         return rc_fail(RC_EINVAL, "KV cache: type %d is neither f32 nor f16", type);
-    if (n_layer <= 0 || n_seq <= 0 || n_ctx <= 0 || n_head <= 0 || k_dim <= 0 || v_dim <= 0)
+    if (n_layer <= 0 || n_seq <= 0 || n_ctx <= 0 || n_head <= 0 || k_dim <= 0 || v_dim < 0)
         return rc_fail(RC_EINVAL, "KV cache: layers %d, sequences %d, context %d, heads %d, "
                        "widths %d/%d must be positive", n_layer, n_seq, n_ctx, n_head, k_dim, v_dim);
     const size_t k_width = (size_t)n_head * k_dim, v_width = (size_t)n_head * v_dim;
@@ -31,9 +31,9 @@ int kv_cache_init(kv_cache *kv, int n_layer, int n_seq, int n_ctx, int n_head, i
     kv->type = type;
     kv->esize = esize;
     kv->k = rc_malloc_aligned(64, n * k_width * esize);
-    kv->v = rc_malloc_aligned(64, n * v_width * esize);
+    kv->v = v_width ? rc_malloc_aligned(64, n * v_width * esize) : NULL;
     kv->len = rc_calloc((size_t)n_seq, sizeof(int));
-    if (!kv->k || !kv->v || !kv->len) {
+    if (!kv->k || (v_width && !kv->v) || !kv->len) {
         kv_cache_free(kv);
         return rc_fail(RC_ENOMEM, "out of memory for a KV cache of %zu MiB (%d sequences x %d positions)",
                        per_pos >> 20, n_seq, n_ctx);
@@ -66,7 +66,8 @@ void kv_cache_copy(kv_cache *kv, int dst, int src, int n)
     for (int l = 0; l < kv->n_layer; l++)
         for (int h = 0; h < kv->n_head; h++) {
             memcpy(kv_k(kv, l, dst, h), kv_k(kv, l, src, h), (size_t)n * kv->k_dim * kv->esize);
-            memcpy(kv_v(kv, l, dst, h), kv_v(kv, l, src, h), (size_t)n * kv->v_dim * kv->esize);
+            if (kv->v_dim)
+                memcpy(kv_v(kv, l, dst, h), kv_v(kv, l, src, h), (size_t)n * kv->v_dim * kv->esize);
         }
     kv->len[dst] = n;
 }
@@ -84,8 +85,9 @@ void kv_cache_store(kv_cache *kv, int layer, int seq, int pos, const float *k, c
     for (int h = 0; h < kv->n_head; h++) {
         put(kv, (uint8_t *)kv_k(kv, layer, seq, h) + (size_t)pos * kv->k_dim * kv->esize,
             k + (size_t)h * kv->k_dim, kv->k_dim);
-        put(kv, (uint8_t *)kv_v(kv, layer, seq, h) + (size_t)pos * kv->v_dim * kv->esize,
-            v + (size_t)h * kv->v_dim, kv->v_dim);
+        if (kv->v_dim)
+            put(kv, (uint8_t *)kv_v(kv, layer, seq, h) + (size_t)pos * kv->v_dim * kv->esize,
+                v + (size_t)h * kv->v_dim, kv->v_dim);
     }
 }
 

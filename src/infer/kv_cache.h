@@ -10,6 +10,10 @@
  * length is the number of leading positions written; a row at position p
  * may be written only when p <= length (no holes), and writing p truncates
  * the slot to p + 1 (so re-evaluating from an earlier position is allowed).
+ *
+ * v_dim may be 0: a cache of keys only, for attention whose values are a
+ * prefix of its keys (latent attention keeps the latent c and the rope key
+ * per position, and attends over c as the values).
  */
 #ifndef RC_KV_CACHE_H
 #define RC_KV_CACHE_H
@@ -49,7 +53,8 @@ static inline void *kv_v(const kv_cache *kv, int layer, int seq, int head)
 }
 
 /* Writes one position of every head: k (n_head * k_dim floats, head after
- * head) and v likewise, converted to the cache's type. */
+ * head) and v likewise (unread when v_dim is 0), converted to the cache's
+ * type. */
 void kv_cache_store(kv_cache *kv, int layer, int seq, int pos, const float *k, const float *v);
 
 /* Forgets positions >= from of a sequence (from = 0 clears it). */

@@ -39,6 +39,13 @@ typedef struct {
      * of every layer; nonzero fails the batch. */
     int (*reduce)(void *ud, float *x, int n_rows, int width);
     void *reduce_ud;
+    /* Optional observer of mixture-of-experts routing (statistics, tests):
+     * called for every row of every MoE layer with the chosen experts (k of
+     * them, best first) and the margin that decided the choice: the
+     * smallest gap between a chosen score and the best one left out, or
+     * between a kept group's score and the best dropped group's. */
+    void (*on_route)(void *ud, int layer, int row, const int *chosen, int k, float margin);
+    void *route_ud;
 } stage_params;
 
 typedef struct {

@@ -225,6 +225,10 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,
  * fill's code.  The writer may be written again afterwards. */
 int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx);
 
+/* The file's head only, with the data section left a hole of its size
+ * (ftruncate: a sparse file on file systems that have them). */
+int gguf_writer_write_head(gguf_writer *w, const char *path);
+
 /* Same, into a malloc'd buffer (for tests and fuzz seeds); free with rc_free. */
 int gguf_writer_write_mem(gguf_writer *w, gguf_fill_fn fill, void *ctx,
                           uint8_t **out, size_t *out_size);

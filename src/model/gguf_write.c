@@ -24,6 +24,8 @@
 #include "tensor/types.h"
 
 #include <errno.h>
+#include <sys/types.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -652,4 +654,34 @@ fail:
     rc_free(meta);
     rc_free(scratch);
     return rc;
+}
+
+int gguf_writer_write_head(gguf_writer *w, const char *path)
+{
+    layout L;
+    uint8_t *meta;
+    int rc;
+    if (!w || !path)
+        return rc_fail(RC_EINVAL, "gguf writer: NULL writer or path");
+    if ((rc = plan(w, &L)))
+        return rc;
+    if (L.data_offset > SIZE_MAX || L.total_bytes > (uint64_t)INT64_MAX ||
+        !(meta = rc_malloc((size_t)L.data_offset)))
+        return rc_fail(RC_ENOMEM, "%s: out of memory writing", path);
+    put_meta(w, &L, meta);
+    FILE *fp = fopen(path, "wb");
+    if (!fp) {
+        rc_free(meta);
+        return rc_fail(RC_EIO, "%s: cannot create: %s", path, strerror(errno));
+    }
+    bool ok = fwrite(meta, 1, (size_t)L.data_offset, fp) == L.data_offset && fflush(fp) == 0 &&
+              ftruncate(fileno(fp), (off_t)L.total_bytes) == 0;
+    int err = errno;
+    ok = fclose(fp) == 0 && ok;
+    rc_free(meta);
+    if (!ok) {
+        remove(path);
+        return rc_fail(RC_EIO, "%s: cannot write: %s", path, strerror(err));
+    }
+    return 0;
 }

@@ -13,6 +13,7 @@
 #include "base/mem.h"
 #include "tensor/types.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +22,11 @@ static const struct {
     const char *name;
     bool qkv_bias, qk_norm, moe, neox;
 } arch_table[ARCH_COUNT] = {
-    [ARCH_LLAMA]    = { "llama",    false, false, false, false },
-    [ARCH_QWEN2]    = { "qwen2",    true,  false, false, true  },
-    [ARCH_QWEN3]    = { "qwen3",    false, true,  false, true  },
-    [ARCH_QWEN3MOE] = { "qwen3moe", false, true,  true,  true  },
+    [ARCH_LLAMA]     = { "llama",     false, false, false, false },
+    [ARCH_QWEN2]     = { "qwen2",     true,  false, false, true  },
+    [ARCH_QWEN3]     = { "qwen3",     false, true,  false, true  },
+    [ARCH_QWEN3MOE]  = { "qwen3moe",  false, true,  true,  true  },
+    [ARCH_DEEPSEEK2] = { "deepseek2", false, false, true,  false },
 };
 
 const char *model_arch_name(int arch)
@@ -67,6 +69,110 @@ static int arch_f32(const gguf_file *f, const char *arch, const char *suffix,
     return rc;
 }
 
+static int arch_bool(const gguf_file *f, const char *arch, const char *suffix, bool *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int rc = gguf_get_bool(f, key, out);
+    return rc == RC_ENOTFOUND ? 0 : rc;
+}
+
+/* The deepseek2 keys: latent attention, its MoE, and rope scaling (llama.cpp's
+ * rules for this architecture; ../shared/golden/README.md spells them out).
+ * The file's head_count_kv and key/value lengths describe llama.cpp's
+ * compressed cache; the *_mla keys (absent in older files, whose plain keys
+ * are the head sizes then) give the heads' real widths. */
+static int read_deepseek2(const gguf_file *f, model_hparams *hp)
+{
+    const char *a = hp->arch_name;
+    int rc, gating = 0;
+    float scale = 0.0f;
+    if ((rc = arch_u32(f, a, "attention.kv_lora_rank", &hp->kv_lora_rank, true)) ||
+        (rc = arch_u32(f, a, "attention.q_lora_rank", &hp->q_lora_rank, false)) ||
+        (rc = arch_u32(f, a, "attention.key_length_mla", &hp->head_dim, false)) ||
+        (rc = arch_u32(f, a, "attention.value_length_mla", &hp->head_dim_v, false)) ||
+        (rc = arch_u32(f, a, "leading_dense_block_count", &hp->n_layer_dense_lead, false)) ||
+        (rc = arch_u32(f, a, "expert_shared_count", &hp->n_expert_shared, false)) ||
+        (rc = arch_u32(f, a, "expert_gating_func", &gating, false)) ||
+        (rc = arch_u32(f, a, "expert_group_count", &hp->n_expert_group, false)) ||
+        (rc = arch_u32(f, a, "expert_group_used_count", &hp->n_expert_group_used, false)) ||
+        (rc = arch_bool(f, a, "expert_weights_norm", &hp->expert_weights_norm)) ||
+        (rc = arch_f32(f, a, "expert_weights_scale", &scale, false)))
+        return rc;
+    hp->n_head_kv = hp->n_head;
+    hp->expert_gating = gating == GATING_SIGMOID ? GATING_SIGMOID : GATING_SOFTMAX;
+    if (gating != 0 && gating != GATING_SOFTMAX && gating != GATING_SIGMOID)
+        return rc_fail(RC_EUNSUPPORTED, "%s: expert_gating_func %d is not supported (1 softmax, 2 sigmoid)",
+                       f->path, gating);
+    hp->expert_weights_scale = scale != 0.0f ? scale : 1.0f;
+    if (hp->n_expert_group <= 1)
+        hp->n_expert_group = hp->n_expert_group_used = 0;
+    if (hp->kv_lora_rank <= 0 || hp->rope_dim >= hp->head_dim || hp->q_lora_rank < 0)
+        return rc_fail(RC_EFORMAT, "%s: latent attention widths are inconsistent (kv_lora_rank %d, "
+                       "head %d of which rope %d)", f->path, hp->kv_lora_rank, hp->head_dim,
+                       hp->rope_dim);
+    if (hp->n_expert_group > 64)
+        return rc_fail(RC_EUNSUPPORTED, "%s: %d expert groups (at most 64 are supported)", f->path,
+                       hp->n_expert_group);
+    if (hp->n_expert_group && (hp->n_expert % hp->n_expert_group ||
+                               hp->n_expert_group_used < 1 ||
+                               hp->n_expert_group_used > hp->n_expert_group ||
+                               hp->n_expert / hp->n_expert_group < 2 ||
+                               hp->n_expert_used > hp->n_expert_group_used * (hp->n_expert / hp->n_expert_group)))
+        return rc_fail(RC_EFORMAT, "%s: %d expert groups (%d used) do not fit %d experts with %d used",
+                       f->path, hp->n_expert_group, hp->n_expert_group_used, hp->n_expert,
+                       hp->n_expert_used);
+    if (hp->n_layer_dense_lead > hp->n_layer || (hp->n_layer_dense_lead > 0 && hp->n_ff <= 0))
+        return rc_fail(RC_EFORMAT, "%s: %d leading dense layers need a positive feed_forward_length",
+                       f->path, hp->n_layer_dense_lead);
+
+    /* Rope scaling: YaRN (V3, R1, Kimi K2) or linear.  llama.cpp always
+     * takes beta_fast 32 and beta_slow 1 here, whatever the file says. */
+    char key[128];
+    gguf_str s;
+    float factor = 1.0f, attn = 1.0f, log_mul = 0.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    bool yarn = false, linear = false;
+    if (gguf_get_str(f, key, &s) == 0) {
+        yarn = s.len == 4 && !memcmp(s.ptr, "yarn", 4);
+        linear = s.len == 6 && !memcmp(s.ptr, "linear", 6);
+        if (!yarn && !linear && !(s.len == 4 && !memcmp(s.ptr, "none", 4)))
+            return rc_fail(RC_EUNSUPPORTED, "%s: rope scaling type '%.*s' is not supported",
+                           f->path, (int)s.len, s.ptr);
+    }
+    const float base_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->kq_scale = base_scale;
+    if (!yarn && !linear)
+        return 0;
+    bool has_log_mul = false;
+    snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", a);
+    has_log_mul = gguf_get_f32(f, key, &log_mul) == 0;
+    if ((rc = arch_f32(f, a, "rope.scaling.factor", &factor, true)) ||
+        (rc = arch_f32(f, a, "rope.scaling.attn_factor", &attn, false)) ||
+        (rc = arch_u32(f, a, "rope.scaling.original_context_length", &hp->yarn_orig_ctx, yarn)))
+        return rc;
+    if (!(factor >= 1.0f) || !(attn > 0.0f) || (yarn && hp->yarn_orig_ctx <= 0))
+        return rc_fail(RC_EFORMAT, "%s: rope scaling factor %g, attention factor %g or original "
+                       "context %d out of range", f->path, factor, attn, hp->yarn_orig_ctx);
+    const float A = 1.0f + 0.1f * logf(factor);
+    if (linear) {
+        hp->rope_freq_scale = 1.0f / factor;
+        hp->kq_scale = A * A * base_scale;
+        return 0;
+    }
+    hp->yarn_factor = factor;
+    hp->rope_freq_scale = 1.0f / factor;
+    if (has_log_mul) {
+        const float mscale = attn * (1.0f + log_mul * logf(factor));
+        hp->rope_attn_factor = attn;
+        hp->kq_scale = mscale * mscale * base_scale;
+    } else {
+        hp->rope_attn_factor = attn * A;
+        hp->kq_scale = hp->rope_attn_factor * hp->rope_attn_factor * base_scale;
+    }
+    return 0;
+}
+
 int model_read_hparams(const gguf_file *f, model_hparams *hp)
 {
     gguf_str s;
@@ -85,7 +191,7 @@ int model_read_hparams(const gguf_file *f, model_hparams *hp)
             hp->arch = a;
     if (hp->arch < 0)
         return rc_fail(RC_EUNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, deepseek2)",
                        f->path, hp->arch_name);
     const char *a = hp->arch_name;
     hp->has_qkv_bias = arch_table[hp->arch].qkv_bias;
@@ -125,8 +231,12 @@ int model_read_hparams(const gguf_file *f, model_hparams *hp)
         hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
         return rc_fail(RC_EFORMAT, "%s: inconsistent head width %d / value width %d / rope dims %d",
                        f->path, hp->head_dim, hp->head_dim_v, hp->rope_dim);
+    hp->expert_gating = GATING_SOFTMAX;
+    hp->expert_weights_scale = 1.0f;
+    hp->rope_attn_factor = 1.0f;
+    hp->kq_scale = 1.0f / sqrtf((float)hp->head_dim);
     if (arch_table[hp->arch].moe) {
-        hp->expert_weights_norm = true;
+        hp->expert_weights_norm = hp->arch != ARCH_DEEPSEEK2;   /* qwen3moe always renormalises */
         if ((rc = arch_u32(f, a, "expert_count", &hp->n_expert, true)) ||
             (rc = arch_u32(f, a, "expert_used_count", &hp->n_expert_used, true)) ||
             (rc = arch_u32(f, a, "expert_feed_forward_length", &hp->n_ff_exp, true)))
@@ -143,7 +253,10 @@ int model_read_hparams(const gguf_file *f, model_hparams *hp)
      * comes as the rope_freqs tensor instead and needs nothing here. */
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    if (gguf_get_str(f, key, &s) == 0 && s.len == 6 && !memcmp(s.ptr, "linear", 6)) {
+    if (hp->arch == ARCH_DEEPSEEK2) {
+        if ((rc = read_deepseek2(f, hp)))
+            return rc;
+    } else if (gguf_get_str(f, key, &s) == 0 && s.len == 6 && !memcmp(s.ptr, "linear", 6)) {
         float factor = 1.0f;
         if ((rc = arch_f32(f, a, "rope.scaling.factor", &factor, false)))
             return rc;
@@ -216,36 +329,85 @@ static int bind(model *m, tensor *t, int required, int kind, const char *name,
     return 0;
 }
 
+/* Latent attention: queries through the low-rank pair (or a plain attn_q),
+ * the compressed kv with its rope key, and the per-head up-projections
+ * (split, or the older unsplit attn_kv_b). */
+static int bind_mla(model *m, int il, layer_weights *L)
+{
+    const model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, H = hp->n_head, D = hp->head_dim, Dv = hp->head_dim_v,
+                  Dr = hp->rope_dim, Dn = D - Dr, R = hp->kv_lora_rank, Rq = hp->q_lora_rank;
+    char n[96];
+    int rc;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
+    if (Rq > 0) {
+        if ((rc = bind(m, &L->wq_a, T_REQUIRED, K_MATRIX, NAME("attn_q_a.weight"), 2, E, Rq, 1)) ||
+            (rc = bind(m, &L->q_a_norm, T_REQUIRED, K_F32, NAME("attn_q_a_norm.weight"), 1, Rq, 1, 1)) ||
+            (rc = bind(m, &L->wq_b, T_REQUIRED, K_MATRIX, NAME("attn_q_b.weight"), 2, Rq, H * D, 1)))
+            return rc;
+    } else if ((rc = bind(m, &L->wq, T_REQUIRED, K_MATRIX, NAME("attn_q.weight"), 2, E, H * D, 1))) {
+        return rc;
+    }
+    if ((rc = bind(m, &L->wkv_a, T_REQUIRED, K_MATRIX, NAME("attn_kv_a_mqa.weight"), 2, E, R + Dr, 1)) ||
+        (rc = bind(m, &L->kv_a_norm, T_REQUIRED, K_F32, NAME("attn_kv_a_norm.weight"), 1, R, 1, 1)))
+        return rc;
+    if (gguf_find_tensor(m->file, NAME("attn_k_b.weight"))) {
+        if ((rc = bind(m, &L->wk_b, T_REQUIRED, K_MATRIX, NAME("attn_k_b.weight"), 3, Dn, R, H)) ||
+            (rc = bind(m, &L->wv_b, T_REQUIRED, K_MATRIX, NAME("attn_v_b.weight"), 3, R, Dv, H)))
+            return rc;
+    } else if (!gguf_find_tensor(m->file, NAME("attn_kv_b.weight"))) {
+        return rc_fail(RC_EFORMAT, "%s: layer %d has neither attn_k_b/attn_v_b nor attn_kv_b",
+                       m->file->path, il);
+    } else if ((rc = bind(m, &L->wkv_b, T_REQUIRED, K_MATRIX, n, 2, R, H * (Dn + Dv), 1))) {
+        return rc;
+    }
+#undef NAME
+    return 0;
+}
+
 static int bind_layer(model *m, int il, layer_weights *L)
 {
     const model_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, H = hp->n_head, Hk = hp->n_head_kv, D = hp->head_dim,
-                  Dv = hp->head_dim_v, F = hp->n_ff, X = hp->n_expert, Fx = hp->n_ff_exp;
+                  Dv = hp->head_dim_v, F = hp->n_ff, X = hp->n_expert, Fx = hp->n_ff_exp,
+                  Fs = (int64_t)hp->n_expert_shared * hp->n_ff_exp;
     char n[96];
     int rc;
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
     if ((rc = bind(m, &L->attn_norm, T_REQUIRED, K_F32, NAME("attn_norm.weight"), 1, E, 1, 1)) ||
-        (rc = bind(m, &L->wq, T_REQUIRED, K_MATRIX, NAME("attn_q.weight"), 2, E, H * D, 1)) ||
-        (rc = bind(m, &L->wk, T_REQUIRED, K_MATRIX, NAME("attn_k.weight"), 2, E, Hk * D, 1)) ||
-        (rc = bind(m, &L->wv, T_REQUIRED, K_MATRIX, NAME("attn_v.weight"), 2, E, Hk * Dv, 1)) ||
         (rc = bind(m, &L->wo, T_REQUIRED, K_MATRIX, NAME("attn_output.weight"), 2, H * Dv, E, 1)) ||
         (rc = bind(m, &L->ffn_norm, T_REQUIRED, K_F32, NAME("ffn_norm.weight"), 1, E, 1, 1)))
         return rc;
+    if (hp->kv_lora_rank > 0) {
+        if ((rc = bind_mla(m, il, L)))
+            return rc;
+    } else if ((rc = bind(m, &L->wq, T_REQUIRED, K_MATRIX, NAME("attn_q.weight"), 2, E, H * D, 1)) ||
+               (rc = bind(m, &L->wk, T_REQUIRED, K_MATRIX, NAME("attn_k.weight"), 2, E, Hk * D, 1)) ||
+               (rc = bind(m, &L->wv, T_REQUIRED, K_MATRIX, NAME("attn_v.weight"), 2, E, Hk * Dv, 1))) {
+        return rc;
+    }
     /* Biases are optional in llama files too (some fine-tunes carry them). */
     int need_bias = hp->has_qkv_bias ? T_REQUIRED : T_OPTIONAL;
-    if ((rc = bind(m, &L->bq, need_bias, K_F32, NAME("attn_q.bias"), 1, H * D, 1, 1)) ||
-        (rc = bind(m, &L->bk, need_bias, K_F32, NAME("attn_k.bias"), 1, Hk * D, 1, 1)) ||
-        (rc = bind(m, &L->bv, need_bias, K_F32, NAME("attn_v.bias"), 1, Hk * Dv, 1, 1)))
+    if (hp->kv_lora_rank == 0 &&
+        ((rc = bind(m, &L->bq, need_bias, K_F32, NAME("attn_q.bias"), 1, H * D, 1, 1)) ||
+         (rc = bind(m, &L->bk, need_bias, K_F32, NAME("attn_k.bias"), 1, Hk * D, 1, 1)) ||
+         (rc = bind(m, &L->bv, need_bias, K_F32, NAME("attn_v.bias"), 1, Hk * Dv, 1, 1))))
         return rc;
     if (hp->has_qk_norm &&
         ((rc = bind(m, &L->q_norm, T_REQUIRED, K_F32, NAME("attn_q_norm.weight"), 1, D, 1, 1)) ||
          (rc = bind(m, &L->k_norm, T_REQUIRED, K_F32, NAME("attn_k_norm.weight"), 1, D, 1, 1))))
         return rc;
-    if (hp->n_expert > 0) {
+    if (hp->n_expert > 0 && il >= hp->n_layer_dense_lead) {
         if ((rc = bind(m, &L->gate_inp, T_REQUIRED, K_MATRIX, NAME("ffn_gate_inp.weight"), 2, E, X, 1)) ||
             (rc = bind(m, &L->gate_exps, T_REQUIRED, K_MATRIX, NAME("ffn_gate_exps.weight"), 3, E, Fx, X)) ||
             (rc = bind(m, &L->up_exps, T_REQUIRED, K_MATRIX, NAME("ffn_up_exps.weight"), 3, E, Fx, X)) ||
-            (rc = bind(m, &L->down_exps, T_REQUIRED, K_MATRIX, NAME("ffn_down_exps.weight"), 3, Fx, E, X)))
+            (rc = bind(m, &L->down_exps, T_REQUIRED, K_MATRIX, NAME("ffn_down_exps.weight"), 3, Fx, E, X)) ||
+            (rc = bind(m, &L->exp_probs_b, T_OPTIONAL, K_F32, NAME("exp_probs_b.bias"), 1, X, 1, 1)))
+            return rc;
+        if (Fs > 0 &&
+            ((rc = bind(m, &L->gate_shexp, T_REQUIRED, K_MATRIX, NAME("ffn_gate_shexp.weight"), 2, E, Fs, 1)) ||
+             (rc = bind(m, &L->up_shexp, T_REQUIRED, K_MATRIX, NAME("ffn_up_shexp.weight"), 2, E, Fs, 1)) ||
+             (rc = bind(m, &L->down_shexp, T_REQUIRED, K_MATRIX, NAME("ffn_down_shexp.weight"), 2, Fs, E, 1))))
             return rc;
     } else {
         if ((rc = bind(m, &L->w_gate, T_REQUIRED, K_MATRIX, NAME("ffn_gate.weight"), 2, E, F, 1)) ||
@@ -445,6 +607,12 @@ int model_load_file_shard(gguf_file *f, int first, int last, int rank, int n_ran
     }
     m->first = first;
     m->last = last;
+    bool no_weights = false;
+    if (gguf_get_bool(f, "racimo.no_weights", &no_weights) == 0 && no_weights) {
+        rc = rc_fail(RC_EINVAL, "%s holds no weights (made by make-model --no-weights for "
+                     "planning): it can be planned, not run", f->path);
+        goto fail;
+    }
 
     const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
     const gguf_tensor *outw = gguf_find_tensor(f, "output.weight");
@@ -497,7 +665,7 @@ int model_load_file_shard(gguf_file *f, int first, int last, int rank, int n_ran
         (rc = gguf_map_tensors(f, need)))
         goto fail;
     refresh_views(m);
-    if ((rc = model_shard_apply(m, rank, n_ranks)))
+    if ((rc = model_split_kv_b(m)) || (rc = model_shard_apply(m, rank, n_ranks)))
         goto fail;
     rc_free(need);
     *out = m;
@@ -551,15 +719,14 @@ uint64_t model_decode_bytes(const model *m)
     uint64_t total = 0;
     for (int l = 0; l < m->last - m->first; l++) {
         const layer_weights *L = &m->layers[l];
-        const tensor *dense[] = { &L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
-                                  &L->bv, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate,
-                                  &L->w_up, &L->w_down, &L->gate_inp };
-        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
-            total += tensor_bytes(dense[i]);
+        const tensor *all = (const tensor *)L;
+        for (size_t i = 0; i < sizeof(layer_weights) / sizeof(tensor); i++)
+            if (&all[i] != &L->gate_exps && &all[i] != &L->up_exps && &all[i] != &L->down_exps)
+                total += tensor_bytes(&all[i]);
         uint64_t experts = tensor_bytes(&L->gate_exps) + tensor_bytes(&L->up_exps) +
                            tensor_bytes(&L->down_exps);
-        if (m->hp.n_expert > 0)
-            total += experts / (uint64_t)m->hp.n_expert * (uint64_t)m->hp.n_expert_used;
+        if (L->gate_exps.data)
+            total += experts / (uint64_t)L->gate_exps.ne[2] * (uint64_t)m->hp.n_expert_used;
     }
     if (m->last == m->hp.n_layer)
         total += tensor_bytes(&m->output) + tensor_bytes(&m->output_norm);

@@ -18,7 +18,10 @@
 #include "gguf.h"
 #include "tensor/tensor.h"
 
-enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_COUNT };
+enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_DEEPSEEK2, ARCH_COUNT };
+
+/* How a mixture-of-experts router turns its logits into expert weights. */
+enum { GATING_SOFTMAX = 1, GATING_SIGMOID = 2 };
 
 typedef struct {
     int   arch;                  /* enum model_arch */
@@ -26,12 +29,26 @@ typedef struct {
     int   n_vocab;
     int   n_embd;
     int   n_layer;
-    int   n_head, n_head_kv;
-    int   head_dim;              /* key/query width per head */
+    int   n_head, n_head_kv;     /* MLA: n_head_kv = n_head (each head's keys
+                                    and values come out of the shared latent) */
+    int   head_dim;              /* key/query width per head (MLA: nope + rope) */
     int   head_dim_v;            /* value width per head */
     int   n_ff;                  /* dense FFN width (0 for MoE-only) */
     int   n_expert, n_expert_used, n_ff_exp;
     bool  expert_weights_norm;   /* renormalise the chosen experts' weights */
+    int   expert_gating;         /* GATING_SOFTMAX or GATING_SIGMOID */
+    float expert_weights_scale;  /* multiplies the chosen experts' weights; 1 = none */
+    int   n_expert_group;        /* > 1: experts are chosen from the best groups only */
+    int   n_expert_group_used;
+    int   n_expert_shared;       /* shared experts: one FFN n_expert_shared * n_ff_exp wide */
+    int   n_layer_dense_lead;    /* MoE models: the first layers have a dense FFN */
+    /* Multi-head latent attention (deepseek2); kv_lora_rank == 0 otherwise. */
+    int   q_lora_rank;           /* 0: a plain attn_q instead of the low-rank pair */
+    int   kv_lora_rank;          /* R: the latent the KV cache holds (with rope_dim) */
+    float kq_scale;              /* attention score scale (1/sqrt(head_dim) unless YaRN) */
+    float rope_attn_factor;      /* multiplies rope's cos and sin (YaRN); 1 = none */
+    float yarn_factor;           /* YaRN context extension factor; 0 = no YaRN */
+    int   yarn_orig_ctx;         /* the context YaRN's ramps are computed for */
     int   n_ctx_train;
     float rms_eps;
     float rope_base;
@@ -61,21 +78,50 @@ typedef struct {
     tensor gate_exps;   /* {E, Fx, X} */
     tensor up_exps;     /* {E, Fx, X} */
     tensor down_exps;   /* {Fx, E, X} */
+    tensor exp_probs_b; /* {X} f32: added to the scores that choose experts only */
+    tensor gate_shexp;  /* {E, Fs} shared experts, Fs = n_expert_shared * Fx */
+    tensor up_shexp;    /* {E, Fs} */
+    tensor down_shexp;  /* {Fs, E} */
+    /* MLA (deepseek2), R = kv_lora_rank, Rq = q_lora_rank, Dr = rope_dim,
+     * Dn = D - Dr.  wq is {E, H*D} when Rq == 0. */
+    tensor wq_a;        /* {E, Rq} */
+    tensor q_a_norm;    /* {Rq} f32 */
+    tensor wq_b;        /* {Rq, H*D} */
+    tensor wkv_a;       /* {E, R + Dr}: the latent, then the rope key all heads share */
+    tensor kv_a_norm;   /* {R} f32 */
+    tensor wk_b;        /* {Dn, R, H}: per head, q_nope -> latent space (absorbed keys) */
+    tensor wv_b;        /* {R, Dv, H}: per head, attended latent -> value */
+    tensor wkv_b;       /* {R, H*(Dn+Dv)}: older files' unsplit form; split into
+                           wk_b and wv_b at load, then unbound */
 } layer_weights;
 
 /* The part of every held layer that one tensor-parallel shard computes:
  * its query heads (with their key/value heads and the matching columns of
- * the attention output), a range of FFN units (rows of gate and up, columns
- * of down) and a range of output rows (logits).  Shards of one model sum
- * their attention and FFN outputs after every block; the whole model is
- * shard 0 of 1. */
+ * the attention output), a range of dense FFN units (rows of gate and up,
+ * columns of down), a range of the routed experts, whole (expert
+ * parallelism), a range of the shared experts' FFN units, and a range of
+ * output rows (logits).  Shards of one model sum their attention and FFN
+ * outputs after every block; the whole model is shard 0 of 1.
+ *
+ * When the attention output cannot be cut between heads on its weight
+ * type's blocks, every shard computes all heads (attn_whole) and the
+ * attention needs no sum; when the shared experts cannot be cut on their
+ * blocks, shard 0 runs them whole (the others hold none). */
 typedef struct {
     int rank, n_ranks;
     int head0, n_head;         /* query heads [head0, head0 + n_head) */
     int kv0, n_head_kv;        /* key/value heads */
-    int ff0, n_ff;             /* FFN units */
+    bool attn_whole;           /* every shard runs every head: no sum after attention */
+    int ff0, n_ff;             /* dense FFN units */
+    int exp0, n_exp;           /* routed experts [exp0, exp0 + n_exp) */
+    int sh0, n_sh;             /* shared-expert FFN units (n_sh 0: none here) */
     int vocab0, n_vocab;       /* output rows */
 } model_shard;
+
+/* The block sizes the cuts of a layer range must fall on: the weight types
+ * of the attention output, the dense FFN down (0 when the range holds no
+ * dense layer) and the shared experts' down (0 when it holds none). */
+typedef struct { int o, ff, sh; } model_shard_align;
 
 typedef struct {
     model_hparams hp;
@@ -112,19 +158,21 @@ int model_load_file(gguf_file *f, int first, int last, model **out);
 /* Loads shard `rank` of `n_ranks` of layers [first, last) (last = -1:
  * n_layer) for tensor parallelism: row slices are views into the mapping;
  * column slices (attention output, FFN down) are copied, and the mapped
- * pages they came from leave the resident set.  Dense models only (MoE:
- * RC_EUNSUPPORTED); RC_EINVAL with the reason when the model cannot be cut
- * in n_ranks (fewer key/value heads than ranks, a cut inside a quantised
- * block).  n_ranks == 1 is model_load_file. */
+ * pages they came from leave the resident set; routed experts are whole
+ * views.  RC_EINVAL with the reason when the model cannot be cut in
+ * n_ranks (model_shard_plan).  n_ranks == 1 is model_load_file. */
 int model_load_file_shard(gguf_file *f, int first, int last, int rank, int n_ranks,
                           model **out);
 int model_load_shard(const char *path, int first, int last, int rank, int n_ranks,
                      model **out);
 
 /* The numbers of tensor-parallel shards (2..31) the model in f can be cut
- * into, as bits (bit k: k shards): every rank's cut falls on the weight
- * types' blocks and takes whole key/value heads (model_shard_plan). */
+ * into, as bits (bit k: k shards): model_shard_plan accepts every rank. */
 uint32_t model_shard_ways(const gguf_file *f);
+
+/* Of those, as bits, the shard counts whose shards each run every
+ * attention head (model_shard.attn_whole). */
+uint32_t model_shard_attn_whole(const gguf_file *f);
 
 /* The byte ranges of the file that shard `rank` of `n_ranks` of layers
  * [first, last) reads (last = -1: n_layer), from the head alone: the
@@ -138,10 +186,10 @@ int model_shard_ranges(const gguf_file *f, int first, int last, int rank, int n_
                        void *ud);
 
 /* The shard `rank` of `n_ranks` of a model with these hyperparameters,
- * with FFN cuts on multiples of `ff_align` (the block size of ffn_down's
- * type) and head cuts checked against `o_align` (attn_output's block
- * size).  RC_EINVAL with the reason when it cannot be cut. */
-int model_shard_plan(const model_hparams *hp, int ff_align, int o_align, int rank,
+ * with its cuts on the blocks of `align`.  RC_EINVAL with the reason when
+ * the model cannot be cut in n_ranks (fewer experts than shards, FFN
+ * units that do not fill a block per shard). */
+int model_shard_plan(const model_hparams *hp, const model_shard_align *align, int rank,
                      int n_ranks, model_shard *out);
 
 /* Flags in need[0..f->n_tensors) the tensors a model bound to layers

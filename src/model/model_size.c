@@ -6,6 +6,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "model/model.h"
+#include "tensor/types.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,51 @@ static long block_of(const char *name)
     return *end == '.' ? n : -1;
 }
 
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* The per-head tensors a tensor-parallel cut divides by heads. */
+static bool is_head_cut(const char *name)
+{
+    static const char *const suffix[] = { ".attn_q.weight", ".attn_k.weight", ".attn_v.weight",
+                                          ".attn_output.weight", ".attn_q_b.weight",
+                                          ".attn_k_b.weight", ".attn_v_b.weight",
+                                          ".attn_kv_b.weight", ".attn_q.bias", ".attn_k.bias",
+                                          ".attn_v.bias" };
+    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++)
+        if (ends_with(name, suffix[i]))
+            return true;
+    return false;
+}
+
+/* The per-layer tensors every shard holds whole. */
+static bool is_replicated(const char *name)
+{
+    static const char *const suffix[] = { "norm.weight", ".attn_q_a.weight",
+                                          ".attn_kv_a_mqa.weight", ".ffn_gate_inp.weight",
+                                          ".exp_probs_b.bias" };
+    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++)
+        if (ends_with(name, suffix[i]))
+            return true;
+    return false;
+}
+
+/* An older deepseek2 file's attn_kv_b is held as the split pair made at
+ * load (model/mla_split.c): the value rows as they are, the key rows
+ * transposed, F16 unless they are F32/F16/BF16. */
+static uint64_t kv_b_held_bytes(const model_hparams *hp, const gguf_tensor *t)
+{
+    const int64_t H = hp->n_head, Dn = hp->head_dim - hp->rope_dim;
+    const uint64_t row = t->ne[1] ? t->size_bytes / (uint64_t)t->ne[1] : 0;
+    const int kt = t->type == TT_F32 || t->type == TT_F16 || t->type == TT_BF16 ? (int)t->type
+                                                                               : TT_F16;
+    return (uint64_t)(H * hp->head_dim_v) * row +
+           (uint64_t)(H * hp->kv_lora_rank) * tensor_row_bytes(kt, Dn);
+}
+
 int model_sizes_read(const gguf_file *f, model_sizes *out)
 {
     memset(out, 0, sizeof *out);
@@ -38,6 +84,9 @@ int model_sizes_read(const gguf_file *f, model_sizes *out)
     out->kv_bytes_per_token =
         ((uint64_t)hp.n_head_kv * (uint64_t)hp.head_dim + (uint64_t)hp.n_head_kv * (uint64_t)hp.head_dim_v) *
         sizeof(float);
+    /* Latent attention keeps one row of latent + rope key for all heads. */
+    if (hp.kv_lora_rank > 0)
+        out->kv_bytes_per_token = (uint64_t)(hp.kv_lora_rank + hp.rope_dim) * sizeof(float);
     out->layer_bytes = rc_calloc((size_t)hp.n_layer, sizeof *out->layer_bytes);
     out->layer_decode_bytes = rc_calloc((size_t)hp.n_layer, sizeof *out->layer_decode_bytes);
     if (!out->layer_bytes || !out->layer_decode_bytes) {
@@ -59,12 +108,19 @@ int model_sizes_read(const gguf_file *f, model_sizes *out)
                 return rc_fail(RC_EFORMAT, "%s: tensor '%s' names block %ld but the model has %d blocks",
                                f->path, t->name, b, hp.n_layer);
             }
-            out->layer_bytes[b] += t->size_bytes;
+            uint64_t held = t->size_bytes;
+            if (hp.kv_lora_rank > 0 && strstr(t->name, ".attn_kv_b."))
+                held = kv_b_held_bytes(&hp, t);
+            out->layer_bytes[b] += held;
             /* a token runs n_expert_used of the n_expert experts */
-            uint64_t dec = t->size_bytes;
+            uint64_t dec = held;
             if (hp.n_expert > 0 && strstr(t->name, "_exps."))
                 dec = dec / (uint64_t)hp.n_expert * (uint64_t)hp.n_expert_used;
             out->layer_decode_bytes[b] += dec;
+            if (is_head_cut(t->name))
+                out->attn_bytes += held;
+            else if (is_replicated(t->name))
+                out->replicated_bytes += held;
         } else if (!strcmp(t->name, "token_embd.weight")) {
             out->embd_bytes = t->size_bytes;
             have_embd = true;
@@ -83,6 +139,8 @@ int model_sizes_read(const gguf_file *f, model_sizes *out)
     }
     out->tied = !have_output;
     out->tp_ways = model_shard_ways(f);
+    out->tp_attn_whole = model_shard_attn_whole(f);
+    out->kv_whole = hp.kv_lora_rank > 0;
     return 0;
 }
 

@@ -32,6 +32,13 @@ typedef struct {
     uint64_t total_bytes;         /* all tensors */
     uint32_t tp_ways;             /* bit k set: the model can be cut into k tensor-parallel
                                      shards (model_shard_ways); 0: not known */
+    /* What tensor-parallel shards do not cut (model.h, model_shard): */
+    uint32_t tp_attn_whole;       /* bit k: with k shards every shard runs every head */
+    uint64_t attn_bytes;          /* all layers' per-head attention tensors (cut by heads,
+                                     or on every shard when they run every head) */
+    uint64_t replicated_bytes;    /* all layers' tensors every shard holds whole: norms,
+                                     latent projections, routers */
+    bool kv_whole;                /* latent attention: every shard caches the whole latent */
 } model_sizes;
 
 /* Fills *out from an open file (hyperparameters and tensor infos only).

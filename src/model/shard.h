@@ -10,4 +10,14 @@
  * m->weight_bytes. */
 int model_shard_apply(model *m, int rank, int n_ranks);
 
+/* Memory of `bytes` (aligned to 64) that lives as long as the model: for
+ * tensors the model holds as copies rather than views of the mapping.
+ * NULL with RC_ENOMEM's detail naming `what`. */
+void *model_own(model *m, size_t bytes, const char *what);
+
+/* Replaces every held layer's unsplit attn_kv_b (older deepseek2 files) by
+ * owned wk_b and wv_b in the split layout, so that the forward pass knows
+ * one form only; the mapped pages of attn_kv_b leave the resident set. */
+int model_split_kv_b(model *m);
+
 #endif

@@ -13,7 +13,23 @@ typedef struct {
     int n_vocab, n_embd, n_layer, n_head, n_head_kv;
     int head_dim;            /* 0 = n_embd / n_head */
     int n_ff;                /* dense FFN width */
-    int n_expert, n_expert_used, n_ff_exp;   /* qwen3moe */
+    int n_expert, n_expert_used, n_ff_exp;   /* qwen3moe, deepseek2 */
+    /* deepseek2: latent attention (head_dim is nope + rope there) and its MoE */
+    int rope_dim;            /* rotated dims per head; 0 = head_dim */
+    int head_dim_v;          /* 0 = head_dim */
+    int q_lora_rank;         /* 0: a plain attn_q */
+    int kv_lora_rank;
+    bool unsplit_kv_b;       /* write the older attn_kv_b instead of attn_k_b/attn_v_b */
+    int n_dense_lead;        /* leading layers with a dense FFN (n_ff wide) */
+    int n_expert_shared;
+    int n_expert_group, n_expert_group_used;
+    int gating;              /* 1 softmax, 2 sigmoid */
+    bool expert_weights_norm;
+    float expert_weights_scale;
+    bool expert_bias;        /* exp_probs_b.bias per MoE layer */
+    float yarn_factor;       /* 0: no rope scaling */
+    int yarn_orig_ctx;
+    float yarn_log_mul;
     int n_ctx;               /* context_length metadata */
     float rope_base, rms_eps;
     bool tied;               /* no output.weight: the embedding is reused */
@@ -34,5 +50,11 @@ const char *synth_preset_names(void);
 
 /* Writes the model to `path`.  The same parameters give the same bytes. */
 int synth_write(const char *path, const synth_params *p);
+
+/* Writes the file's head (metadata and tensor infos) and leaves the data
+ * section a hole of the right size (a sparse file): for planning with the
+ * real shapes of a model too large to write.  The file says so
+ * (racimo.no_weights), and model_load refuses it. */
+int synth_write_head(const char *path, const synth_params *p);
 
 #endif

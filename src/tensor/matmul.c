@@ -64,6 +64,11 @@ typedef struct {
     int ldx, n_rows;
     float *Y;
     int ldy, mode;
+    /* Several matrices at once (matmul_batched): matrix j is W's slice j,
+     * against X + j * x_step into Y + j * y_step; panels count per matrix. */
+    int n_mats;
+    size_t x_step, y_step;
+    long panels_per_mat;
     const tensor_traits *tt;
     const tensor_traits *qt;     /* traits of the activation type, or NULL */
     uint8_t *xq;                 /* converted activations, or NULL */
@@ -78,42 +83,49 @@ typedef struct {
 static void convert_task(void *arg, int ith, int nth)
 {
     mm_task *t = arg;
+    const long all = (long)t->n_rows * t->n_mats;
     (void)ith; (void)nth;
     for (;;) {
         long r0 = atomic_fetch_add_explicit(&t->next_row, CONVERT_CHUNK, memory_order_relaxed);
-        if (r0 >= t->n_rows)
+        if (r0 >= all)
             break;
-        long r1 = r0 + CONVERT_CHUNK < t->n_rows ? r0 + CONVERT_CHUNK : t->n_rows;
+        long r1 = r0 + CONVERT_CHUNK < all ? r0 + CONVERT_CHUNK : all;
         for (long r = r0; r < r1; r++) {
             uint8_t *q = t->xq + r * t->xq_row_bytes;
-            t->qt->from_float(t->X + r * t->ldx, q, t->W->ne[0]);
+            const float *x = t->X + (size_t)(r / t->n_rows) * t->x_step +
+                             (size_t)(r % t->n_rows) * t->ldx;
+            t->qt->from_float(x, q, t->W->ne[0]);
             if (t->xp)
                 t->tt->tile_x_prep(q, t->xp + r * t->xp_row_bytes, t->W->ne[0]);
         }
     }
 }
 
-/* Weight rows [o0, o1) against all activation rows `x` (stride xs). */
-static void product_panel(const mm_task *t, long o0, long o1, const void *x, size_t xs)
+/* Weight rows [o0, o1) of matrix j against all its activation rows `x`
+ * (stride xs). */
+static void product_panel(const mm_task *t, int j, long o0, long o1, const void *x, size_t xs)
 {
     const tensor *W = t->W;
     const int64_t n = W->ne[0];
-    const uint8_t *w = (const uint8_t *)W->data + (size_t)o0 * W->row_bytes;
+    const uint8_t *w = (const uint8_t *)W->data + ((size_t)j * (size_t)W->ne[1] + (size_t)o0) * W->row_bytes;
+    const float *X = t->X + (size_t)j * t->x_step;
+    float *Y = t->Y + (size_t)j * t->y_step;
     if (t->mode == MATMUL_EXACT) {
         for (long o = o0; o < o1; o++, w += W->row_bytes)
             for (int r = 0; r < t->n_rows; r++)
-                t->Y[(size_t)r * t->ldy + o] = t->tt->dot_f32(w, t->X + (size_t)r * t->ldx, n);
+                Y[(size_t)r * t->ldy + o] = t->tt->dot_f32(w, X + (size_t)r * t->ldx, n);
     } else if (t->tt->vec_dot_tile) {
         t->tt->vec_dot_tile(n, w, W->row_bytes, (int)(o1 - o0), x, xs, t->n_rows,
-                            t->Y + o0, (size_t)t->ldy);
+                            Y + o0, (size_t)t->ldy);
     } else {
         for (long o = o0; o < o1; o++, w += W->row_bytes)
             for (int r = 0; r < t->n_rows; r++)
-                t->Y[(size_t)r * t->ldy + o] =
-                    t->tt->vec_dot(w, (const uint8_t *)x + (size_t)r * xs, n);
+                Y[(size_t)r * t->ldy + o] = t->tt->vec_dot(w, (const uint8_t *)x + (size_t)r * xs, n);
     }
 }
 
+/* x: the converted activations of matrix 0, matrix j's n_rows rows further
+ * on for each j; or X itself (f32 activations), matrix j's at x_step. */
 static void product_panels(mm_task *t, const void *x, size_t xs)
 {
     const long n_out = t->W->ne[1];
@@ -121,9 +133,13 @@ static void product_panels(mm_task *t, const void *x, size_t xs)
         long p = atomic_fetch_add_explicit(&t->next_panel, 1, memory_order_relaxed);
         if (p >= t->n_panels)
             break;
-        long o0 = p * t->panel_rows;
+        int j = (int)(p / t->panels_per_mat);
+        long o0 = (p % t->panels_per_mat) * t->panel_rows;
         long o1 = o0 + t->panel_rows < n_out ? o0 + t->panel_rows : n_out;
-        product_panel(t, o0, o1, x, xs);
+        const void *xj = x == (const void *)t->X
+                             ? (const void *)(t->X + (size_t)j * t->x_step)
+                             : (const void *)((const uint8_t *)x + (size_t)j * (size_t)t->n_rows * xs);
+        product_panel(t, j, o0, o1, xj, xs);
     }
 }
 
@@ -177,6 +193,38 @@ static long panel_rows(long n_out, size_t row_bytes, int n_rows, int nth)
     return rows < 8 ? 8 : rows;
 }
 
+static void run(thread_pool *pool, mm_task *t, void *scratch)
+{
+    const tensor *W = t->W;
+    tensor_kernels_init();
+    t->tt = tensor_type_traits(W->type);
+    atomic_init(&t->next_row, 0);
+    atomic_init(&t->next_panel, 0);
+    const int nth = pool_n_threads(pool);
+    /* panels sized as for one matrix of all the matrices' rows */
+    t->panel_rows = panel_rows((long)W->ne[1] * t->n_mats, W->row_bytes, t->n_rows, nth);
+    if (t->panel_rows > W->ne[1])
+        t->panel_rows = ((long)W->ne[1] + 7) & ~7L;
+    t->panels_per_mat = ((long)W->ne[1] + t->panel_rows - 1) / t->panel_rows;
+    t->n_panels = t->panels_per_mat * t->n_mats;
+    if (t->mode == MATMUL_FAST && t->tt->vec_dot_type != TT_F32) {
+        t->qt = tensor_type_traits(t->tt->vec_dot_type);
+        t->xq_row_bytes = tensor_row_bytes(t->tt->vec_dot_type, W->ne[0]);
+        if (uses_prepared(t->tt))
+            t->xp_row_bytes = tensor_tile_x_bytes(t->tt, W->ne[0]);
+        if (t->n_rows == 1 && t->n_mats == 1 && t->xq_row_bytes <= LOCAL_ROW_BYTES &&
+            t->xp_row_bytes <= LOCAL_PREP_BYTES) {
+            pool_run(pool, row_task, t);
+            return;
+        }
+        t->xq = scratch;
+        if (t->xp_row_bytes)
+            t->xp = t->xq + t->xq_row_bytes * (size_t)t->n_rows * (size_t)t->n_mats;
+        pool_run(pool, convert_task, t);
+    }
+    pool_run(pool, product_task, t);
+}
+
 void matmul(thread_pool *pool, const tensor *W, const float *X, int ldx, int n_rows,
             float *Y, int ldy, int mode, void *scratch)
 {
@@ -189,27 +237,25 @@ void matmul(thread_pool *pool, const tensor *W, const float *X, int ldx, int n_r
     t.Y = Y;
     t.ldy = ldy;
     t.mode = mode;
-    tensor_kernels_init();
-    t.tt = tensor_type_traits(W->type);
-    atomic_init(&t.next_row, 0);
-    atomic_init(&t.next_panel, 0);
-    const int nth = pool_n_threads(pool);
-    t.panel_rows = panel_rows((long)W->ne[1], W->row_bytes, n_rows, nth);
-    t.n_panels = ((long)W->ne[1] + t.panel_rows - 1) / t.panel_rows;
-    if (mode == MATMUL_FAST && t.tt->vec_dot_type != TT_F32) {
-        t.qt = tensor_type_traits(t.tt->vec_dot_type);
-        t.xq_row_bytes = tensor_row_bytes(t.tt->vec_dot_type, W->ne[0]);
-        if (uses_prepared(t.tt))
-            t.xp_row_bytes = tensor_tile_x_bytes(t.tt, W->ne[0]);
-        if (n_rows == 1 && t.xq_row_bytes <= LOCAL_ROW_BYTES &&
-            t.xp_row_bytes <= LOCAL_PREP_BYTES) {
-            pool_run(pool, row_task, &t);
-            return;
-        }
-        t.xq = scratch;
-        if (t.xp_row_bytes)
-            t.xp = t.xq + t.xq_row_bytes * (size_t)n_rows;
-        pool_run(pool, convert_task, &t);
-    }
-    pool_run(pool, product_task, &t);
+    t.n_mats = 1;
+    run(pool, &t, scratch);
+}
+
+void matmul_batched(thread_pool *pool, const tensor *W, int n_mats, const float *X, int ldx,
+                    size_t x_step, int n_rows, float *Y, int ldy, size_t y_step, int mode,
+                    void *scratch)
+{
+    mm_task t;
+    memset(&t, 0, sizeof t);
+    t.W = W;
+    t.X = X;
+    t.ldx = ldx;
+    t.n_rows = n_rows;
+    t.Y = Y;
+    t.ldy = ldy;
+    t.mode = mode;
+    t.n_mats = n_mats;
+    t.x_step = x_step;
+    t.y_step = y_step;
+    run(pool, &t, scratch);
 }

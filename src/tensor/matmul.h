@@ -30,4 +30,14 @@ size_t matmul_scratch_bytes(const tensor *W, int n_rows, int mode);
 void matmul(thread_pool *pool, const tensor *W, const float *X, int ldx, int n_rows,
             float *Y, int ldy, int mode, void *scratch);
 
+/* The n_mats matrices of a 3-D W (W's slices 0..n_mats-1, ne[2] >= n_mats)
+ * each against its own activations, in one pass of the pool (latent
+ * attention's per-head products): Y + j * y_step gets slice j times the
+ * n_rows rows at X + j * x_step (strides ldx, ldy as above).  Scratch:
+ * matmul_scratch_bytes(W, n_rows * n_mats, mode).  Each output is the same
+ * kernel call as matmul's, so the results are matmul's bit for bit. */
+void matmul_batched(thread_pool *pool, const tensor *W, int n_mats, const float *X, int ldx,
+                    size_t x_step, int n_rows, float *Y, int ldy, size_t y_step, int mode,
+                    void *scratch);
+
 #endif
