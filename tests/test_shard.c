@@ -43,7 +43,7 @@ static void check_shards_path(const char *path, const char *preset, int type, in
         CHECK(sh->attn_whole == whole);
         CHECK_INT(sh->head0, ==, whole ? 0 : heads);
         CHECK_INT(sh->kv0, ==, whole ? 0 : kv);
-        CHECK_INT(sh->ff0, ==, ff);
+        CHECK_INT(sh->ff0, ==, sh->ffn_whole ? 0 : ff);
         CHECK_INT(sh->exp0, ==, exps);
         CHECK_INT(sh->vocab0, ==, vocab);
         heads += sh->n_head; kv += sh->n_head_kv; ff += sh->n_ff; exps += sh->n_exp;
@@ -52,7 +52,7 @@ static void check_shards_path(const char *path, const char *preset, int type, in
     }
     CHECK_INT(heads, ==, m_all->hp.n_head * (whole ? n_ranks : 1));
     CHECK_INT(kv, ==, m_all->hp.n_head_kv * (whole ? n_ranks : 1));
-    CHECK_INT(ff, ==, m_all->hp.n_ff);
+    CHECK_INT(ff, ==, m_all->hp.n_ff * (shard_group_model(g, 0)->shard.ffn_whole ? n_ranks : 1));
     CHECK_INT(exps, ==, m_all->hp.n_expert);
     CHECK_INT(vocab, ==, V);
     int n_sums = 0;     /* reduces per forward pass */
@@ -64,7 +64,10 @@ static void check_shards_path(const char *path, const char *preset, int type, in
                                 &L->wq_b, &L->wk_b, &L->wv_b };
         for (size_t i = 0; i < sizeof rep / sizeof rep[0] && (i < 3 || whole); i++)
             attn_bytes += rep[i]->data ? rep[i]->row_bytes * (uint64_t)(rep[i]->ne[1] * rep[i]->ne[2]) : 0;
-        n_sums += whole ? 1 : 2;
+        const tensor *ffn[] = { &L->w_gate, &L->w_up, &L->w_down };
+        for (size_t i = 0; i < 3 && shard_group_model(g, 0)->shard.ffn_whole; i++)
+            attn_bytes += ffn[i]->data ? ffn[i]->row_bytes * (uint64_t)ffn[i]->ne[1] : 0;
+        n_sums += (whole ? 0 : 1) + (L->w_down.data && shard_group_model(g, 0)->shard.ffn_whole ? 0 : 1);
     }
     /* Every shard maps the embedding table for look-ups and keeps the
      * norms (and, when the heads are not cut, the whole attention); the
@@ -154,6 +157,19 @@ TEST(shard_deepseek2_f32_exact_2_3_4)
         check_shards_path(path, "tiny-deepseek2", TT_F32, MATMUL_EXACT, n, 1e-4, false);
 }
 TEST(shard_deepseek2_q8_0_fast_3) { check_shards("tiny-deepseek2", TT_Q8_0, MATMUL_FAST, 3, 2e-3); }
+/* llama-quantize's Q4_K_M mix: attn_output Q5_K (8 heads of 32 are one
+ * 256-element block) and the dense layer's 512 units two Q4_K blocks: with
+ * 4 shards every shard runs all heads and the whole dense FFN, and only the
+ * experts and the output are cut */
+TEST(shard_deepseek2_q4_k_m_exact_4)
+{
+    const char *path = test_make_model("tiny-deepseek2", TT_F32, "Q4_K_M");
+    model *m;
+    CHECK_OK(model_load_shard(path, 0, -1, 3, 4, &m));
+    CHECK(m->shard.attn_whole && m->shard.ffn_whole && m->shard.n_exp == 2);
+    model_free(m);
+    check_shards_path(path, "tiny-deepseek2 Q4_K_M", TT_Q4_K, MATMUL_EXACT, 4, 1e-4, false);
+}
 TEST(shard_deepseek2_q4_k_fast_2) { check_shards("tiny-deepseek2", TT_Q4_K, MATMUL_FAST, 2, 2e-3); }
 
 /* What cannot be cut on the blocks of its type is not cut: the attention

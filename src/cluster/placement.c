@@ -117,7 +117,9 @@ static bool try_tensor(const problem *P, const int *set, int k, placement *p)
         return false;                     /* the model cannot be cut k ways */
     const int L = ms->n_layer;
     const bool whole = k < 32 && (ms->tp_attn_whole >> k & 1u);
-    const uint64_t rep = ms->replicated_bytes + (whole ? ms->attn_bytes : 0);
+    const bool ffn_whole = k < 32 && (ms->tp_ffn_whole >> k & 1u);
+    const uint64_t rep = ms->replicated_bytes + (whole ? ms->attn_bytes : 0) +
+                         (ffn_whole ? ms->ffn_bytes : 0);
     uint64_t cut = P->pre[L] + (ms->tied ? 0 : ms->output_bytes);
     cut = cut > rep ? cut - rep : 0;
     uint64_t weights = scaled(P, ms->shared_bytes + ms->embd_bytes + rep + cut / (uint64_t)k);

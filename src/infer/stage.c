@@ -365,7 +365,7 @@ static int dense_ffn(stage *s, int B, const layer_weights *L)
     mm(s, &L->w_up, s->h, B, s->ff_b);
     swiglu(s, s->ff_a, s->ff_b, (size_t)B * F);
     mm(s, &L->w_down, s->ff_a, B, s->ff_o);
-    int rc = reduce(s, s->ff_o, B);
+    int rc = s->m->shard.ffn_whole ? 0 : reduce(s, s->ff_o, B);
     if (rc)
         return rc;
     for (size_t i = 0; i < (size_t)B * E; i++)

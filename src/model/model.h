@@ -105,13 +105,16 @@ typedef struct {
  *
  * When the attention output cannot be cut between heads on its weight
  * type's blocks, every shard computes all heads (attn_whole) and the
- * attention needs no sum; when the shared experts cannot be cut on their
- * blocks, shard 0 runs them whole (the others hold none). */
+ * attention needs no sum; the same for a dense FFN whose units do not fill
+ * a block per shard (ffn_whole); when the shared experts cannot be cut on
+ * their blocks, shard 0 runs them whole (the others hold none).  A model
+ * of which nothing but the output would be cut is refused. */
 typedef struct {
     int rank, n_ranks;
     int head0, n_head;         /* query heads [head0, head0 + n_head) */
     int kv0, n_head_kv;        /* key/value heads */
     bool attn_whole;           /* every shard runs every head: no sum after attention */
+    bool ffn_whole;            /* every shard runs the whole dense FFN: no sum after it */
     int ff0, n_ff;             /* dense FFN units */
     int exp0, n_exp;           /* routed experts [exp0, exp0 + n_exp) */
     int sh0, n_sh;             /* shared-expert FFN units (n_sh 0: none here) */
@@ -171,8 +174,8 @@ int model_load_shard(const char *path, int first, int last, int rank, int n_rank
 uint32_t model_shard_ways(const gguf_file *f);
 
 /* Of those, as bits, the shard counts whose shards each run every
- * attention head (model_shard.attn_whole). */
-uint32_t model_shard_attn_whole(const gguf_file *f);
+ * attention head (model_shard.attn_whole), and (ffn) the whole dense FFN. */
+uint32_t model_shard_attn_whole(const gguf_file *f, uint32_t *ffn);
 
 /* The byte ranges of the file that shard `rank` of `n_ranks` of layers
  * [first, last) reads (last = -1: n_layer), from the head alone: the
@@ -187,8 +190,8 @@ int model_shard_ranges(const gguf_file *f, int first, int last, int rank, int n_
 
 /* The shard `rank` of `n_ranks` of a model with these hyperparameters,
  * with its cuts on the blocks of `align`.  RC_EINVAL with the reason when
- * the model cannot be cut in n_ranks (fewer experts than shards, FFN
- * units that do not fill a block per shard). */
+ * the model cannot be cut in n_ranks (fewer experts than shards; a dense
+ * model whose heads and FFN both cannot be cut on their blocks). */
 int model_shard_plan(const model_hparams *hp, const model_shard_align *align, int rank,
                      int n_ranks, model_shard *out);
 

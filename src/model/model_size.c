@@ -119,6 +119,9 @@ int model_sizes_read(const gguf_file *f, model_sizes *out)
             out->layer_decode_bytes[b] += dec;
             if (is_head_cut(t->name))
                 out->attn_bytes += held;
+            else if (ends_with(t->name, ".ffn_gate.weight") || ends_with(t->name, ".ffn_up.weight") ||
+                     ends_with(t->name, ".ffn_down.weight"))
+                out->ffn_bytes += held;
             else if (is_replicated(t->name))
                 out->replicated_bytes += held;
         } else if (!strcmp(t->name, "token_embd.weight")) {
@@ -139,7 +142,7 @@ int model_sizes_read(const gguf_file *f, model_sizes *out)
     }
     out->tied = !have_output;
     out->tp_ways = model_shard_ways(f);
-    out->tp_attn_whole = model_shard_attn_whole(f);
+    out->tp_attn_whole = model_shard_attn_whole(f, &out->tp_ffn_whole);
     out->kv_whole = hp.kv_lora_rank > 0;
     return 0;
 }

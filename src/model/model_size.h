@@ -34,6 +34,8 @@ typedef struct {
                                      shards (model_shard_ways); 0: not known */
     /* What tensor-parallel shards do not cut (model.h, model_shard): */
     uint32_t tp_attn_whole;       /* bit k: with k shards every shard runs every head */
+    uint32_t tp_ffn_whole;        /* bit k: ... and the whole dense FFN */
+    uint64_t ffn_bytes;           /* all layers' dense FFN tensors */
     uint64_t attn_bytes;          /* all layers' per-head attention tensors (cut by heads,
                                      or on every shard when they run every head) */
     uint64_t replicated_bytes;    /* all layers' tensors every shard holds whole: norms,

@@ -62,10 +62,14 @@ int model_shard_plan(const model_hparams *hp, const model_shard_align *align, in
         out->n_head = H;
         out->n_head_kv = Hk;
     }
-    if (align->ff > 0) {
-        if (hp->n_ff % align->ff || hp->n_ff / align->ff < n_ranks)
-            return rc_fail(RC_EINVAL, "the model's %d FFN units cannot be cut in %d on %d-unit "
-                           "blocks", hp->n_ff, n_ranks, align->ff);
+    if (align->ff > 0 && (hp->n_ff % align->ff || hp->n_ff / align->ff < n_ranks)) {
+        if (out->attn_whole && hp->n_expert == 0)
+            return rc_fail(RC_EINVAL, "the model cannot be cut in %d: neither its attention "
+                           "heads nor its %d FFN units fall on the blocks of its types (%d and "
+                           "%d elements)", n_ranks, hp->n_ff, align->o, align->ff);
+        out->ffn_whole = true;
+        out->n_ff = hp->n_ff;
+    } else if (align->ff > 0) {
         int units = hp->n_ff / align->ff;
         out->ff0 = part_of(units, rank, n_ranks) * align->ff;
         out->n_ff = part_of(units, rank + 1, n_ranks) * align->ff - out->ff0;
@@ -211,8 +215,12 @@ int model_shard_apply(model *m, int rank, int n_ranks)
             if ((rc = cut(m, &L->wo, 0, L->wo.ne[1], s->head0 * Dv, s->n_head * Dv)))
                 return rc;
         }
-        rows(&L->w_gate, s->ff0, s->n_ff);
-        rows(&L->w_up, s->ff0, s->n_ff);
+        if (!s->ffn_whole) {
+            rows(&L->w_gate, s->ff0, s->n_ff);
+            rows(&L->w_up, s->ff0, s->n_ff);
+            if ((rc = cut(m, &L->w_down, 0, L->w_down.ne[1], s->ff0, s->n_ff)))
+                return rc;
+        }
         slices(&L->gate_exps, s->exp0, s->n_exp);
         slices(&L->up_exps, s->exp0, s->n_exp);
         slices(&L->down_exps, s->exp0, s->n_exp);
@@ -226,8 +234,6 @@ int model_shard_apply(model *m, int rank, int n_ranks)
             if ((rc = cut(m, &L->down_shexp, 0, L->down_shexp.ne[1], s->sh0, s->n_sh)))
                 return rc;
         }
-        if ((rc = cut(m, &L->w_down, 0, L->w_down.ne[1], s->ff0, s->n_ff)))
-            return rc;
         const tensor *all = (const tensor *)L;
         for (size_t i = 0; i < sizeof(layer_weights) / sizeof(tensor); i++)
             bytes += bytes_of(&all[i]);
@@ -266,12 +272,12 @@ static model_shard_align file_align(const gguf_file *f, int first, int last)
                                 .sh = layer_align(f, first, last, "ffn_down_shexp.weight") };
 }
 
-/* Bits k (2..31) for which every rank of k can be planned, and (whole)
- * those whose shards run every head. */
-static uint32_t shard_ways(const gguf_file *f, uint32_t *whole)
+/* Bits k (2..31) for which every rank of k can be planned, and (whole,
+ * ffn) those whose shards run every head, the whole dense FFN. */
+static uint32_t shard_ways(const gguf_file *f, uint32_t *whole, uint32_t *ffn)
 {
     model_hparams hp;
-    *whole = 0;
+    *whole = *ffn = 0;
     if (model_read_hparams(f, &hp))
         return 0;
     const model_shard_align al = file_align(f, 0, hp.n_layer);
@@ -285,20 +291,22 @@ static uint32_t shard_ways(const gguf_file *f, uint32_t *whole)
             ways |= 1u << k;
         if (ok && s.attn_whole)
             *whole |= 1u << k;
+        if (ok && s.ffn_whole)
+            *ffn |= 1u << k;
     }
     return ways;
 }
 
 uint32_t model_shard_ways(const gguf_file *f)
 {
-    uint32_t whole;
-    return shard_ways(f, &whole);
+    uint32_t whole, ffn;
+    return shard_ways(f, &whole, &ffn);
 }
 
-uint32_t model_shard_attn_whole(const gguf_file *f)
+uint32_t model_shard_attn_whole(const gguf_file *f, uint32_t *ffn)
 {
     uint32_t whole;
-    shard_ways(f, &whole);
+    shard_ways(f, &whole, ffn);
     return whole;
 }
 
@@ -348,8 +356,8 @@ int model_shard_ranges(const gguf_file *f, int first, int last, int rank, int n_
           (s.head0 + s.n_head) * (int64_t)hp.kv_lora_rank },
         { "attn_v_b.weight", heads, s.head0 * Dv, (s.head0 + s.n_head) * Dv },
         { "attn_kv_b.weight", heads, s.head0 * (Dn + Dv), (s.head0 + s.n_head) * (Dn + Dv) },
-        { "ffn_gate.weight", true, s.ff0, s.ff0 + s.n_ff },
-        { "ffn_up.weight", true, s.ff0, s.ff0 + s.n_ff },
+        { "ffn_gate.weight", !s.ffn_whole, s.ff0, s.ff0 + s.n_ff },
+        { "ffn_up.weight", !s.ffn_whole, s.ff0, s.ff0 + s.n_ff },
         { "ffn_gate_exps.weight", true, s.exp0 * (int64_t)hp.n_ff_exp, (s.exp0 + s.n_exp) * (int64_t)hp.n_ff_exp },
         { "ffn_up_exps.weight", true, s.exp0 * (int64_t)hp.n_ff_exp, (s.exp0 + s.n_exp) * (int64_t)hp.n_ff_exp },
         { "ffn_down_exps.weight", true, s.exp0 * (int64_t)hp.n_embd, (s.exp0 + s.n_exp) * (int64_t)hp.n_embd },

@@ -529,12 +529,22 @@ static int write_deepseek2_keys(gguf_writer *w, const synth_params *p)
     int rc;
 #define SETU(suffix, v) (snprintf(key, sizeof key, "deepseek2." suffix), gguf_writer_set_u32(w, key, (uint32_t)(v)))
 #define SETF(suffix, v) (snprintf(key, sizeof key, "deepseek2." suffix), gguf_writer_set_f32(w, key, (v)))
-    if ((rc = SETU("attention.head_count_kv", 1)) ||
-        (rc = SETU("attention.key_length", p->kv_lora_rank + Dr)) ||
-        (rc = SETU("attention.value_length", p->kv_lora_rank)) ||
-        (rc = SETU("attention.key_length_mla", p->head_dim)) ||
-        (rc = SETU("attention.value_length_mla", Dv)) ||
-        (rc = SETU("attention.kv_lora_rank", p->kv_lora_rank)) ||
+    /* Files with the older unsplit attn_kv_b predate the *_mla keys: their
+     * plain keys are the heads' sizes. */
+    if (p->unsplit_kv_b) {
+        if ((rc = SETU("attention.head_count_kv", p->n_head)) ||
+            (rc = SETU("attention.key_length", p->head_dim)) ||
+            (rc = SETU("attention.value_length", Dv)))
+            return rc;
+    } else if ((rc = SETU("attention.head_count_kv", 1)) ||
+               (rc = SETU("attention.key_length", p->kv_lora_rank + Dr)) ||
+               (rc = SETU("attention.value_length", p->kv_lora_rank)) ||
+               (rc = SETU("attention.key_length_mla", p->head_dim)) ||
+               (rc = SETU("attention.value_length_mla", Dv))) {
+        return rc;
+    }
+    if ((rc = SETU("attention.kv_lora_rank", p->kv_lora_rank)) ||
+        (rc = SETU("attention.q_lora_rank", p->q_lora_rank)) ||
         (rc = SETU("rope.dimension_count", Dr)) ||
         (rc = SETU("leading_dense_block_count", p->n_dense_lead)) ||
         (rc = SETU("expert_shared_count", p->n_expert_shared)) ||
@@ -542,8 +552,6 @@ static int write_deepseek2_keys(gguf_writer *w, const synth_params *p)
         (rc = SETF("expert_weights_scale", p->expert_weights_scale)) ||
         (rc = (snprintf(key, sizeof key, "deepseek2.expert_weights_norm"),
                gguf_writer_set_bool(w, key, p->expert_weights_norm))))
-        return rc;
-    if (p->q_lora_rank && (rc = SETU("attention.q_lora_rank", p->q_lora_rank)))
         return rc;
     if (p->n_expert_group > 1 &&
         ((rc = SETU("expert_group_count", p->n_expert_group)) ||
