@@ -3,7 +3,10 @@
  * and the detection of a template's format. */
 #include "test.h"
 #include "api/tool_calls.h"
+#include "api/tool_turns.h"
+#include "base/err.h"
 #include "base/mem.h"
+#include "text/chat_template.h"
 
 static int parse(int fmt, bool marker, const char *text, json_t **calls, char **content)
 {
@@ -266,4 +269,84 @@ TEST(api_tools_detect_sections)
         if (tool_format_detect(src) != TOOLS_DEEPSEEK)
             FAIL("%s: format %s", files[i], tool_format_name(tool_format_detect(src)));
     }
+}
+
+/* Past tool-call turns in the shape each template wants: snippets written
+ * like the templates that need it (DeepSeek V3.1 concatenates the arguments;
+ * R1 also tests `content is none`), then the published templates. */
+TEST(api_tools_turns)
+{
+    static const char object_args[] =
+        "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function.arguments | tojson }}"
+        "</tool_call>{% endfor %}{% endif %}{% endfor %}";
+    static const char string_args[] =
+        "{% for m in messages %}{% if m.tool_calls is defined and m.tool_calls is not none %}{% for t in m.tool_calls %}"
+        "{% if m.content is none %}{{ '<call>' + t.function.arguments }}{% else %}{{ m.content + '<call>' + t.function.arguments }}"
+        "{% endif %}{% endfor %}{% endif %}{% endfor %}";
+    static const char null_content[] =
+        "{% for m in messages %}{% if m.role == 'assistant' and m.content is none %}{% for t in m.tool_calls %}"
+        "{{ t.function.name + '\\n' + t.function.arguments }}{% endfor %}{% elif m.role == 'assistant' %}{{ m.content }}"
+        "{% endif %}{% endfor %}";
+    CHECK_INT(tool_turns_probe(object_args), ==, 0);
+    CHECK_INT(tool_turns_probe(string_args), ==, TOOL_TURN_ARGS_STRING);
+    CHECK_INT(tool_turns_probe(null_content), ==, TOOL_TURN_ARGS_STRING | TOOL_TURN_CONTENT_NULL);
+    CHECK_INT(tool_turns_probe("{% for m in messages %}{{ m.content }}{% endfor %}"), ==, 0);
+    CHECK_INT(tool_turns_probe(NULL), ==, 0);
+
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"\","
+                              "\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{\"city\":\"Paris\"}}}]},"
+                              "{\"role\":\"assistant\",\"content\":\"done\"}]", 0, NULL);
+    json_t *out;
+    CHECK_INT(tool_turns_adapt(msgs, 0, &out), ==, 0);
+    CHECK(out == NULL);
+    CHECK_INT(tool_turns_adapt(msgs, TOOL_TURN_ARGS_STRING | TOOL_TURN_CONTENT_NULL, &out), ==, 0);
+    json_t *turn = json_array_get(out, 1);
+    CHECK(json_is_null(json_object_get(turn, "content")));
+    CHECK_STR(json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(turn, "tool_calls"), 0),
+                                                                "function"), "arguments")), "{\"city\":\"Paris\"}");
+    CHECK_STR(json_string_value(json_object_get(json_array_get(out, 2), "content")), "done");
+    CHECK(json_is_object(json_object_get(json_object_get(json_array_get(json_object_get(json_array_get(msgs, 1),
+                                                                                      "tool_calls"), 0), "function"), "arguments")));
+    json_decref(out);
+    json_t *plain = json_loads("[{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL);
+    CHECK_INT(tool_turns_adapt(plain, TOOL_TURN_ARGS_STRING, &out), ==, 0);
+    CHECK(out == NULL);
+    json_decref(plain);
+
+    const char *dir = test_golden_dir();
+    if (!dir) {
+        json_decref(msgs);
+        SKIP("../shared/golden is absent: the published templates were not probed");
+    }
+    static const struct { const char *name; unsigned shape; } golden[] = {
+        { "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", TOOL_TURN_ARGS_STRING | TOOL_TURN_CONTENT_NULL },
+        { "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", TOOL_TURN_ARGS_STRING | TOOL_TURN_CONTENT_NULL },
+        { "Qwen-Qwen3", 0 }, { "Qwen-Qwen2.5-7B-Instruct", 0 }, { "meta-llama-Llama-3.1-8B-Instruct", 0 },
+        { "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", 0 }, { "mistralai-Mistral-Nemo-Instruct-2407", 0 },
+    };
+    for (size_t i = 0; i < sizeof golden / sizeof golden[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/templates/%s.jinja", dir, golden[i].name);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            FAIL("cannot read %s", path);
+        static char src[65536];
+        size_t len = fread(src, 1, sizeof src - 1, f);
+        fclose(f);
+        src[len] = '\0';
+        unsigned shape = tool_turns_probe(src);
+        if (shape != golden[i].shape)
+            FAIL("%s: shape %u, want %u", golden[i].name, shape, golden[i].shape);
+        if (!shape)
+            continue;
+        /* the call is back in the prompt, in R1's own format */
+        CHECK_INT(tool_turns_adapt(msgs, shape, &out), ==, 0);
+        char *text = NULL;
+        CHECK_OK(chat_template_render(src, out, NULL, true, "<s>", "</s>", NULL, &text));
+        if (!strstr(text, "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"city\":\"Paris\"}\n```"))
+            FAIL("%s: the call is not in the prompt: %s", golden[i].name, text);
+        rc_free(text);
+        json_decref(out);
+    }
+    json_decref(msgs);
 }

@@ -9,6 +9,7 @@
 #include "cluster/weights.h"
 #include "reasoning.h"
 #include "tool_calls.h"
+#include "tool_turns.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -278,13 +279,15 @@ static void *engine_thread(void *arg)
     return NULL;
 }
 
-/* What the template says about the answers: the tool-call format, whether
- * the model thinks, and the control tokens among their markers. */
+/* What the template says: the tool-call format and the shape of past
+ * tool-call turns it wants, whether the model thinks, and the control
+ * tokens among the markers of both. */
 static void template_facts(api_model *m)
 {
     const char *src = m->lm.template_src;
     m->tool_format = tool_format_detect(src);
     m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]") : -1;
+    m->tool_turns = m->tool_format != TOOLS_NONE ? tool_turns_probe(src) : 0;
     m->thinks = reasoning_template_thinks(src);
     m->think_switches = m->thinks ? reasoning_template_switches(src) : 0;
     m->n_think_tokens = m->n_text_tokens = 0;
@@ -609,7 +612,11 @@ int registry_chat_prompt(const api_model *m, const json_t *messages, const json_
 {
     char *t = NULL;
     size_t n_ids = 0;
-    int rc = lm_render(&m->lm, messages, tools, true, vars, &t);
+    json_t *adapted;
+    if (tool_turns_adapt(messages, m->tool_turns, &adapted))
+        return rc_fail(RC_ENOMEM, "out of memory adapting tool-call turns");
+    int rc = lm_render(&m->lm, adapted ? adapted : messages, tools, true, vars, &t);
+    json_decref(adapted);
     if (rc)
         return rc_wrap(rc, "chat template: ");
     rc = lm_tokenize(&m->lm, t, true, ids, &n_ids);

@@ -53,6 +53,7 @@ typedef struct api_model {
     lm lm;                     /* weights, tokenizer, chat template */
     int tool_format;           /* enum tool_format of the template */
     int32_t tool_marker;       /* Mistral [TOOL_CALLS] token id, or -1 */
+    unsigned tool_turns;       /* TOOL_TURN_* shape of past tool-call turns the template wants */
     bool thinks;               /* the template's model writes <think> blocks */
     unsigned think_switches;   /* REASONING_VAR_* bits: the template's thinking switches */
     /* control tokens whose text the parsers need (engine text_tokens):
