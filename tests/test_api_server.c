@@ -366,6 +366,14 @@ TEST(api_server_thinking_openai)
         CHECK_INT(json_integer_value(json_object_get(last_usage, "completion_tokens")), ==, 2);
         json_decref(ev);
     }
+    /* the stop completes on the last token max_tokens allows: still a stop */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL,
+                      "{\"model\":\"tiny-Q8_0\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                      "\"max_tokens\":2,\"temperature\":0,\"logit_bias\":{\"120\":100},\"stop\":\"xx\","
+                      "\"chat_template_kwargs\":{\"enable_thinking\":false}}", buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK_STR(str_at(json_array_get(json_object_get(o, "choices"), 0), "finish_reason", NULL), "stop");
+    json_decref(o);
     sb_free(&reason);
     sb_free(&content);
     stop(&f);

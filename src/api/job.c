@@ -682,8 +682,10 @@ static void take_mail(api_job *j)
     if (j->mb_done) {
         j->engine_done = true;
         j->res = j->mb_res;
-        /* the cancel that a content stop string asked for is that stop */
-        if (j->stopped && j->res.finish == GEN_CANCELLED)
+        /* the cancel that a content stop string asked for is that stop,
+         * also when its token was the last one max_tokens allowed (the
+         * engine's own stops win over the length there too) */
+        if (j->stopped && (j->res.finish == GEN_CANCELLED || j->res.finish == GEN_LENGTH))
             j->res.finish = GEN_STOP;
     }
 }
