@@ -425,7 +425,8 @@ static void start_gen(api_job *j)
      * reasoning_format none they stay in the content, as in llama.cpp),
      * the tool-call markers when tools are parsed */
     g->text_tokens = m->text_tokens;
-    g->n_text_tokens = ar->tools && m->tool_format != TOOLS_NONE ? m->n_text_tokens : m->n_think_tokens;
+    g->n_text_tokens = ar->tools && m->tool_format != TOOLS_NONE ? m->n_text_tokens
+                                                                 : m->n_think_tokens;
     g->user = j;
     g->on_text = on_text;
     g->on_done = on_done;

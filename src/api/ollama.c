@@ -92,8 +92,8 @@ static int read_facts(api_server *s, const api_model *m, model_facts *f)
             best = t;
     snprintf(f->quant, sizeof f->quant, "%s", tensor_type_name(best) ? tensor_type_name(best) : "?");
     gguf_str tpl;
-    if (!own && m->lm.template_src)
-        f->template_src = rc_strdup(m->lm.template_src);   /* what it renders with (--chat-template-file) */
+    if (!own && m->lm.template_src)      /* what it renders with (--chat-template-file) */
+        f->template_src = rc_strdup(m->lm.template_src);
     else if (gguf_get_str(g, "tokenizer.chat_template", &tpl) == 0)
         f->template_src = rc_strndup(tpl.ptr, tpl.len);
     f->tools = f->template_src && tool_format_detect(f->template_src) != TOOLS_NONE;
@@ -293,8 +293,8 @@ static void chat_thinking(api_job *j, const char *text, size_t len, int from, in
 {
     (void)from; (void)to;
     json_t *o = line(j, false);
-    json_object_set_new(o, "message", json_pack("{s:s, s:s, s:o}", "role", "assistant", "content", "",
-                                                 "thinking", text_value(text, len)));
+    json_object_set_new(o, "message", json_pack("{s:s, s:s, s:o}", "role", "assistant", "content",
+                                                 "", "thinking", text_value(text, len)));
     http_stream_line(j, o);
 }
 
@@ -320,7 +320,8 @@ static void stream_error(api_job *j, const api_error *e)
     http_stream_line(j, json_pack("{s:s}", "error", e->message));
 }
 
-const job_ops ollama_chat_ops = { ndjson_start, chat_delta, chat_thinking, chat_final, stream_error };
+const job_ops ollama_chat_ops = { ndjson_start, chat_delta, chat_thinking, chat_final,
+                                  stream_error };
 
 static void generate_delta(api_job *j, const char *text, size_t len, int from, int to)
 {
@@ -353,8 +354,8 @@ static void generate_final(api_job *j)
         http_reply_json(j->srv, j->req, 200, o, NULL, NULL);
 }
 
-const job_ops ollama_generate_ops = { ndjson_start, generate_delta, generate_thinking, generate_final,
-                                      stream_error };
+const job_ops ollama_generate_ops = { ndjson_start, generate_delta, generate_thinking,
+                                      generate_final, stream_error };
 
 void ollama_loaded(api_job *j)
 {

@@ -164,8 +164,8 @@ static void chat_delta(api_job *j, const char *text, size_t len, int from, int t
 /* DeepSeek's and llama.cpp's field for the thinking part of an answer. */
 static void chat_reasoning(api_job *j, const char *text, size_t len, int from, int to)
 {
-    http_stream_sse(j, chat_chunk(j, json_pack("{s:o}", "reasoning_content", string_or_null(text, len)),
-                                  j->ar.logprobs ? chat_logprobs(j, from, to) : NULL, NULL));
+    json_t *delta = json_pack("{s:o}", "reasoning_content", string_or_null(text, len));
+    http_stream_sse(j, chat_chunk(j, delta, j->ar.logprobs ? chat_logprobs(j, from, to) : NULL, NULL));
 }
 
 static void chat_final(api_job *j)
@@ -209,7 +209,8 @@ static void stream_error(api_job *j, const api_error *e)
     http_stream_raw(j, "data: [DONE]\n\n");
 }
 
-const job_ops openai_chat_ops = { chat_start, chat_delta, chat_reasoning, chat_final, stream_error };
+const job_ops openai_chat_ops = { chat_start, chat_delta, chat_reasoning, chat_final,
+                                  stream_error };
 
 /* ---- completions ---- */
 

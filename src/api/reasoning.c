@@ -186,7 +186,8 @@ int reasoning_set_switches(unsigned switches, bool on, json_t **vars)
     if ((switches & REASONING_VAR_ENABLE_THINKING) &&
         json_object_set_new(*vars, "enable_thinking", json_boolean(on)))
         return -1;
-    if ((switches & REASONING_VAR_THINKING) && json_object_set_new(*vars, "thinking", json_boolean(on)))
+    if ((switches & REASONING_VAR_THINKING) &&
+        json_object_set_new(*vars, "thinking", json_boolean(on)))
         return -1;
     return 0;
 }

@@ -286,13 +286,15 @@ static void template_facts(api_model *m)
 {
     const char *src = m->lm.template_src;
     m->tool_format = tool_format_detect(src);
-    m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]") : -1;
+    m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]")
+                                                     : -1;
     m->tool_turns = m->tool_format != TOOLS_NONE ? tool_turns_probe(src) : 0;
     m->thinks = reasoning_template_thinks(src);
     m->think_switches = m->thinks ? reasoning_template_switches(src) : 0;
     m->n_think_tokens = m->n_text_tokens = 0;
     static const char *const think_tags[] = { REASONING_OPEN_TAG, REASONING_CLOSE_TAG, NULL };
-    const char *const *lists[2] = { m->thinks ? think_tags : NULL, tool_format_markers(m->tool_format) };
+    const char *const *lists[2] = { m->thinks ? think_tags : NULL,
+                                    tool_format_markers(m->tool_format) };
     for (int k = 0; k < 2; k++) {
         for (const char *const *t = lists[k]; t && *t && m->n_text_tokens < 8; t++) {
             int32_t id = tok_find_token(m->lm.tok, *t);

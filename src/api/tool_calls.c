@@ -439,12 +439,14 @@ size_t tool_calls_safe_prefix(int format, bool marker, const char *text, size_t 
     case TOOLS_DEEPSEEK:
     case TOOLS_KIMI: {
         const section_fmt *f = format == TOOLS_DEEPSEEK ? &DEEPSEEK : &KIMI;
-        size_t at = find_lit(text, len, 0, f->sec_begin), call = find_lit(text, len, 0, f->call_begin);
+        size_t at = find_lit(text, len, 0, f->sec_begin);
+        size_t call = find_lit(text, len, 0, f->call_begin);
         if (call < at)
             at = call;
         if (at < len)
             return at;
-        size_t a = partial_suffix(text, len, f->sec_begin), b = partial_suffix(text, len, f->call_begin);
+        size_t a = partial_suffix(text, len, f->sec_begin);
+        size_t b = partial_suffix(text, len, f->call_begin);
         return len - (a > b ? a : b);
     }
     case TOOLS_MISTRAL:

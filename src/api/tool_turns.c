@@ -21,7 +21,8 @@ static bool renders_call(const char *src, unsigned shape)
         json_pack("s", "{\"probe_arg\": \"probe_value_7f3a\"}") :
         json_pack("{s:s}", "probe_arg", PROBE_VALUE);
     json_t *content = shape & TOOL_TURN_CONTENT_NULL ? json_null() : json_string("");
-    json_t *msgs = json_pack("[{s:s, s:s}, {s:s, s:o, s:[{s:s, s:s, s:{s:s, s:o}}]}, {s:s, s:s, s:s}]",
+    json_t *msgs = json_pack("[{s:s, s:s}, {s:s, s:o, s:[{s:s, s:s, s:{s:s, s:o}}]},"
+                             " {s:s, s:s, s:s}]",
                              "role", "user", "content", "probe",
                              "role", "assistant", "content", content, "tool_calls",
                              "id", "probe0001", "type", "function", "function", "name", "probe_fn",
@@ -76,7 +77,8 @@ int tool_turns_adapt(const json_t *messages, unsigned shape, json_t **adapted)
         if (!is_call_turn(m))
             continue;
         json_t *content = json_object_get(m, "content");
-        if ((shape & TOOL_TURN_CONTENT_NULL) && json_is_string(content) && !json_string_length(content))
+        if ((shape & TOOL_TURN_CONTENT_NULL) && json_is_string(content) &&
+            !json_string_length(content))
             json_object_set_new(m, "content", json_null());
         if (!(shape & TOOL_TURN_ARGS_STRING))
             continue;
