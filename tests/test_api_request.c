@@ -77,6 +77,16 @@ TEST(api_request_thinking_fields)
     parse_ok(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r);
     CHECK_INT(r.think, ==, THINK_UNSET);
     api_request_free(&r);
+    /* an earlier answer's thinking goes back to the template as reasoning_content */
+    parse_ok(API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+             "{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":\"because\"}]}", &r);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 1), "reasoning_content")), "because");
+    api_request_free(&r);
+    parse_ok(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"thinking\":\"no\"},"
+             "{\"role\":\"assistant\",\"content\":\"a\",\"thinking\":\"because\"}]}", &r);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 1), "reasoning_content")), "because");
+    CHECK(!json_object_get(json_array_get(r.messages, 0), "reasoning_content"));
+    api_request_free(&r);
     parse_ok(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"think\":false}", &r);
     CHECK_INT(r.think, ==, THINK_OFF);
     api_request_free(&r);
@@ -210,6 +220,8 @@ static const bad_case bad[] = {
     { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"options\":{\"repeat_last_n\":-2}}", 400, "invalid_value", "repeat_last_n" },
     { API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"images\":[\"aGk=\"]}]}", 400, "unsupported_value", "messages" },
     { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"think\":1}", 400, "invalid_type", "think" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"x\",\"thinking\":1}]}", 400, "invalid_type", "thinking" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"x\",\"reasoning_content\":[]}]}", 400, "invalid_type", "reasoning_content" },
     { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"think\":\"max\"}", 400, "invalid_value", "think" },
     { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"think\":[]}", 400, "invalid_type", "think" },
     { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":5}", 400, "invalid_type", "prompt" },

@@ -414,6 +414,15 @@ static int get_messages(api_request *r, const json_t *o, api_error *e)
             if (v)
                 json_object_set(nm, copy[k], v);
         }
+        /* an earlier answer's thinking, for templates that render it back
+         * (Qwen3, Kimi K2 Thinking read reasoning_content, llama.cpp's name;
+         * Ollama calls it thinking) */
+        const char *rkey = r->kind == API_OLLAMA_CHAT ? "thinking" : "reasoning_content";
+        json_t *thought = field(m, rkey);
+        if (thought && !json_is_string(thought))
+            return bad_type(e, rkey, "a string");
+        if (thought && !strcmp(rs, "assistant"))
+            json_object_set(nm, "reasoning_content", thought);
     }
     return 0;
 }

@@ -68,7 +68,8 @@ typedef struct {
     int kind;                 /* enum api_kind */
     char *model;              /* as the client named it */
     /* chat: messages normalised to {role, content: string, [tool_calls],
-     * [tool_call_id], [name]}, tools (NULL when none or tool_choice none) */
+     * [tool_call_id], [name], [reasoning_content]}, tools (NULL when none
+     * or tool_choice none) */
     json_t *messages;
     json_t *tools;
     int tool_choice;          /* enum api_tool_choice */
