@@ -1,11 +1,14 @@
 /* fuzz_http_request.c - libFuzzer target for request bodies: the JSON ->
  * api_request conversion of every endpoint (src/api/request.c), and the
- * tool-call parsers that read generated text.  The first byte picks the
- * endpoint (and the tool format); the rest is the body.  Each accepted
- * request must be internally consistent and pass api_request_check or fail
- * it cleanly; each rejected one must carry a 4xx status and a message.
+ * parsers that read generated text (tool calls, thinking blocks).  The
+ * first byte picks the endpoint (and the tool format, the thinking mode and
+ * the piece size); the rest is the body.  Each accepted request must be
+ * internally consistent and pass api_request_check or fail it cleanly; each
+ * rejected one must carry a 4xx status and a message.  The thinking split
+ * of the text fed in pieces must equal the split of the whole text.
  * libevent's HTTP parsing is libevent's: not fuzzed here.  Seeds:
  * fuzz/corpus/http_request. */
+#include "api/reasoning.h"
 #include "api/request.h"
 #include "api/tool_calls.h"
 #include "base/mem.h"
@@ -41,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
     /* the same bytes as generated text, for each tool-call format */
-    int fmt = 1 + data[0] / 4 % 3;
+    int fmt = 1 + data[0] / 4 % 5;
     bool marker = data[0] & 0x80;
     json_t *calls = NULL;
     char *content = NULL;
@@ -55,5 +58,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t safe = tool_calls_safe_prefix(fmt, marker, body, len);
     if (safe > len)
         abort();
+    /* thinking: whole, and in pieces of 1..7 bytes */
+    int mode = data[0] % 3;
+    size_t piece = 1 + data[0] % 7;
+    strbuf r1 = { 0 }, c1 = { 0 }, r2 = { 0 }, c2 = { 0 };
+    reasoning_split a, b;
+    reasoning_init(&a, mode);
+    reasoning_push(&a, body, len, &r1, &c1);
+    reasoning_finish(&a, &r1, &c1);
+    reasoning_init(&b, mode);
+    for (size_t i = 0; i < len; i += piece)
+        reasoning_push(&b, body + i, len - i < piece ? len - i : piece, &r2, &c2);
+    reasoning_finish(&b, &r2, &c2);
+    if (r1.len != r2.len || c1.len != c2.len || r1.len + c1.len > len ||
+        memcmp(sb_cstr(&r1), sb_cstr(&r2), r1.len) || memcmp(sb_cstr(&c1), sb_cstr(&c2), c1.len))
+        abort();
+    reasoning_free(&a);
+    reasoning_free(&b);
+    sb_free(&r1);
+    sb_free(&c1);
+    sb_free(&r2);
+    sb_free(&c2);
     return 0;
 }

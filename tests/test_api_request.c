@@ -58,6 +58,46 @@ TEST(api_request_chat_fields)
     api_request_free(&r);
 }
 
+/* The thinking switches: chat_template_kwargs and reasoning_format
+ * (OpenAI chat, llama.cpp's names), think (Ollama). */
+TEST(api_request_thinking_fields)
+{
+    api_request r;
+    parse_ok(API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+             "\"chat_template_kwargs\":{\"enable_thinking\":false,\"thinking\":true},\"reasoning_format\":\"none\"}", &r);
+    CHECK(json_is_false(json_object_get(r.template_vars, "enable_thinking")));
+    CHECK(json_is_true(json_object_get(r.template_vars, "thinking")));
+    CHECK_INT(r.reasoning_format, ==, REASONING_FORMAT_NONE);
+    api_request_free(&r);
+    parse_ok(API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+             "\"chat_template_kwargs\":{},\"reasoning_format\":\"deepseek\"}", &r);
+    CHECK(r.template_vars == NULL);
+    CHECK_INT(r.reasoning_format, ==, REASONING_FORMAT_PARSE);
+    api_request_free(&r);
+    parse_ok(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r);
+    CHECK_INT(r.think, ==, THINK_UNSET);
+    api_request_free(&r);
+    /* an earlier answer's thinking goes back to the template as reasoning_content */
+    parse_ok(API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+             "{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":\"because\"}]}", &r);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 1), "reasoning_content")), "because");
+    api_request_free(&r);
+    parse_ok(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"thinking\":\"no\"},"
+             "{\"role\":\"assistant\",\"content\":\"a\",\"thinking\":\"because\"}]}", &r);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 1), "reasoning_content")), "because");
+    CHECK(!json_object_get(json_array_get(r.messages, 0), "reasoning_content"));
+    api_request_free(&r);
+    parse_ok(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"think\":false}", &r);
+    CHECK_INT(r.think, ==, THINK_OFF);
+    api_request_free(&r);
+    parse_ok(API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"think\":true}", &r);
+    CHECK_INT(r.think, ==, THINK_ON);
+    api_request_free(&r);
+    parse_ok(API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"think\":\"high\"}", &r);
+    CHECK_INT(r.think, ==, THINK_ON);
+    api_request_free(&r);
+}
+
 TEST(api_request_completion_and_ollama_fields)
 {
     api_request r;
@@ -156,6 +196,11 @@ static const bad_case bad[] = {
     { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"tools\":[{\"function\":{\"name\":\"f\",\"parameters\":1}}]}", 400, "invalid_type", "tools" },
     { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"tool_choice\":\"sometimes\"}", 400, "invalid_value", "tool_choice" },
     { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"tool_choice\":1}", 400, "invalid_type", "tool_choice" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"chat_template_kwargs\":[1]}", 400, "invalid_type", "chat_template_kwargs" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"chat_template_kwargs\":{\"messages\":[]}}", 400, "invalid_value", "chat_template_kwargs" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"chat_template_kwargs\":{\"add_generation_prompt\":false}}", 400, "invalid_value", "chat_template_kwargs" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"reasoning_format\":\"deepseek-legacy\"}", 400, "invalid_value", "reasoning_format" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"reasoning_format\":false}", 400, "invalid_type", "reasoning_format" },
     { API_OPENAI_COMPLETION, "{\"model\":\"m\"}", 400, "missing_field", "prompt" },
     { API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\"}", 400, "invalid_value", "prompt" },
     { API_OPENAI_COMPLETION, "{\"model\":\"m\",\"prompt\":5}", 400, "invalid_type", "prompt" },
@@ -174,6 +219,11 @@ static const bad_case bad[] = {
     { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"options\":{\"top_k\":\"a\"}}", 400, "invalid_type", "top_k" },
     { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"options\":{\"repeat_last_n\":-2}}", 400, "invalid_value", "repeat_last_n" },
     { API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"images\":[\"aGk=\"]}]}", 400, "unsupported_value", "messages" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"think\":1}", 400, "invalid_type", "think" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"x\",\"thinking\":1}]}", 400, "invalid_type", "thinking" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"x\",\"reasoning_content\":[]}]}", 400, "invalid_type", "reasoning_content" },
+    { API_OLLAMA_CHAT, "{\"model\":\"m\"," MSG ",\"think\":\"max\"}", 400, "invalid_value", "think" },
+    { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"think\":[]}", 400, "invalid_type", "think" },
     { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":5}", 400, "invalid_type", "prompt" },
     { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"images\":[\"aGk=\"]}", 400, "unsupported_value", "images" },
     { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"raw\":1}", 400, "invalid_type", "raw" },

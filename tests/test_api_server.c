@@ -7,9 +7,11 @@
 #include "http_util.h"
 #include "model_util.h"
 #include "api/api.h"
+#include "api/buf.h"
 #include "base/err.h"
 #include "tensor/types.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -25,7 +27,8 @@ static void *serve(void *arg)
     return NULL;
 }
 
-static void start(fixture *f, const char *const *keys, int n_keys, int parallel, int queue)
+static void start_template(fixture *f, const char *const *keys, int n_keys, int parallel, int queue,
+                           const char *template_file)
 {
     const char *path = test_make_model("tiny", TT_Q8_0, NULL);
     snprintf(f->dir, sizeof f->dir, "%s", test_tmpdir());
@@ -33,6 +36,7 @@ static void start(fixture *f, const char *const *keys, int n_keys, int parallel,
     paths[0] = path;
     static api_config cfg;
     api_config_default(&cfg);
+    cfg.template_file = template_file;
     cfg.port = 0;
     cfg.model_paths = paths;
     cfg.n_model_paths = 1;
@@ -47,6 +51,11 @@ static void start(fixture *f, const char *const *keys, int n_keys, int parallel,
     cfg.max_body_bytes = 4096;
     CHECK_OK(api_server_new(&cfg, &f->s));
     CHECK(pthread_create(&f->thread, NULL, serve, f->s) == 0);
+}
+
+static void start(fixture *f, const char *const *keys, int n_keys, int parallel, int queue)
+{
+    start_template(f, keys, n_keys, parallel, queue, NULL);
 }
 
 static int request(fixture *f, const char *method, const char *path, const char *headers,
@@ -203,4 +212,242 @@ TEST(api_server_keys_and_shutdown)
     stop(&f);
     close(a);
     close(b);
+}
+
+/* ---- thinking ---- */
+
+/* A ChatML template that thinks like Qwen3 with a switch, except that the
+ * generation prompt opens the block itself (as DeepSeek-R1's does), so the
+ * random model's answer starts inside it. */
+static const char thinking_template[] =
+    "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}"
+    "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}";
+
+static const char *write_template(const char *text)
+{
+    static char path[600];
+    snprintf(path, sizeof path, "%s/thinking.jinja", test_tmpdir());
+    FILE *fp = fopen(path, "w");
+    CHECK(fp && fputs(text, fp) >= 0 && fclose(fp) == 0);
+    return path;
+}
+
+static json_t *body_json(const char *resp)
+{
+    const char *b = strstr(resp, "\r\n\r\n");
+    CHECK(b);
+    json_error_t je;
+    json_t *o = json_loads(b + 4, 0, &je);
+    if (!o)
+        FAIL("not JSON (%s): %s", je.text, b + 4);
+    return o;
+}
+
+/* The JSON objects of a stream (SSE "data: {...}" events or Ollama's JSON
+ * lines), whatever chunk framing is around them. */
+static json_t *stream_objects(const char *resp, const char *start)
+{
+    json_t *all = json_array();
+    const char *p = strstr(resp, "\r\n\r\n");
+    CHECK(p);
+    while ((p = strstr(p, start))) {
+        p = strchr(p, '{');
+        json_error_t je;
+        json_t *o = json_loads(p, JSON_DISABLE_EOF_CHECK, &je);
+        if (!o)
+            FAIL("bad event (%s) at: %.200s", je.text, p);
+        json_array_append_new(all, o);
+        p++;
+    }
+    return all;
+}
+
+static const char *str_at(const json_t *o, const char *path1, const char *path2)
+{
+    const json_t *v = json_object_get(o, path1);
+    if (path2)
+        v = json_object_get(v, path2);
+    return json_string_value(v);
+}
+
+/* The answer is forced to "xxxx" with logit_bias (token 120 is the byte 'x'
+ * in the synthetic vocabulary). */
+#define FORCED "\"max_tokens\":4,\"temperature\":0,\"logit_bias\":{\"120\":100}"
+#define TCHAT(extra) "{\"model\":\"tiny-Q8_0\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," FORCED extra "}"
+
+TEST(api_server_thinking_openai)
+{
+    fixture f;
+    start_template(&f, NULL, 0, 2, 4, write_template(thinking_template));
+    static char buf[1 << 16];
+    wait_ready(&f);
+    /* the prompt opened the block: the whole answer is reasoning */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL, TCHAT(""), buf, sizeof buf), ==, 200);
+    json_t *o = body_json(buf);
+    json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
+    CHECK_STR(str_at(msg, "reasoning_content", NULL), "xxxx");
+    CHECK_STR(str_at(msg, "content", NULL), "");
+    CHECK_STR(str_at(json_array_get(json_object_get(o, "choices"), 0), "finish_reason", NULL), "length");
+    json_int_t thinking_prompt = json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens"));
+    json_decref(o);
+    /* streamed: reasoning_content deltas, no content */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL, TCHAT(",\"stream\":true"), buf, sizeof buf), ==, 200);
+    json_t *ev = stream_objects(buf, "data: {");
+    strbuf reason = { 0 }, content = { 0 };
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e) {
+        json_t *d = json_object_get(json_array_get(json_object_get(e, "choices"), 0), "delta");
+        if (str_at(d, "reasoning_content", NULL))
+            sb_puts(&reason, str_at(d, "reasoning_content", NULL));
+        if (str_at(d, "content", NULL))
+            sb_puts(&content, str_at(d, "content", NULL));
+    }
+    CHECK_STR(sb_cstr(&reason), "xxxx");
+    CHECK_STR(sb_cstr(&content), "");
+    json_decref(ev);
+    /* reasoning_format none: the text stays in the content */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL, TCHAT(",\"reasoning_format\":\"none\""),
+                      buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
+    CHECK_STR(str_at(msg, "content", NULL), "xxxx");
+    CHECK(!json_object_get(msg, "reasoning_content"));
+    json_decref(o);
+    /* a stop string does not look into the reasoning */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL, TCHAT(",\"stop\":\"xx\""), buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
+    CHECK_STR(str_at(msg, "reasoning_content", NULL), "xxxx");
+    CHECK_STR(str_at(json_array_get(json_object_get(o, "choices"), 0), "finish_reason", NULL), "length");
+    json_decref(o);
+    /* chat_template_kwargs switch thinking off: the template closes the
+     * block, the answer is content, and there a stop string ends it at the
+     * token that completes it */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL,
+                      TCHAT(",\"chat_template_kwargs\":{\"enable_thinking\":false}"), buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
+    CHECK_STR(str_at(msg, "content", NULL), "xxxx");
+    CHECK(!json_object_get(msg, "reasoning_content"));
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens")), >, thinking_prompt);
+    json_decref(o);
+    for (int stream = 0; stream < 2; stream++) {
+        CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL,
+                          stream ? TCHAT(",\"chat_template_kwargs\":{\"enable_thinking\":false},\"stop\":[\"xx\"],"
+                                         "\"stream\":true,\"stream_options\":{\"include_usage\":true}")
+                                 : TCHAT(",\"chat_template_kwargs\":{\"enable_thinking\":false},\"stop\":[\"xx\"]"),
+                          buf, sizeof buf), ==, 200);
+        json_t *last_usage = NULL;
+        const char *finish = NULL;
+        sb_reset(&content);
+        if (stream) {
+            ev = stream_objects(buf, "data: {");
+            json_array_foreach(ev, i, e) {
+                json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+                if (str_at(c, "delta", "content"))
+                    sb_puts(&content, str_at(c, "delta", "content"));
+                if (str_at(c, "finish_reason", NULL))
+                    finish = str_at(c, "finish_reason", NULL);
+                if (json_object_get(e, "usage"))
+                    last_usage = json_object_get(e, "usage");
+            }
+        } else {
+            ev = body_json(buf);
+            json_t *c = json_array_get(json_object_get(ev, "choices"), 0);
+            sb_puts(&content, str_at(c, "message", "content"));
+            finish = str_at(c, "finish_reason", NULL);
+            last_usage = json_object_get(ev, "usage");
+        }
+        CHECK_STR(sb_cstr(&content), "");
+        CHECK_STR(finish, "stop");
+        CHECK_INT(json_integer_value(json_object_get(last_usage, "completion_tokens")), ==, 2);
+        json_decref(ev);
+    }
+    /* the stop completes on the last token max_tokens allows: still a stop */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL,
+                      "{\"model\":\"tiny-Q8_0\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                      "\"max_tokens\":2,\"temperature\":0,\"logit_bias\":{\"120\":100},\"stop\":\"xx\","
+                      "\"chat_template_kwargs\":{\"enable_thinking\":false}}", buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK_STR(str_at(json_array_get(json_object_get(o, "choices"), 0), "finish_reason", NULL), "stop");
+    json_decref(o);
+    sb_free(&reason);
+    sb_free(&content);
+    stop(&f);
+}
+
+#define OCHAT(extra) "{\"model\":\"tiny-Q8_0\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," \
+    "\"options\":{\"num_predict\":6,\"temperature\":0}" extra "}"
+
+TEST(api_server_thinking_ollama)
+{
+    fixture f;
+    start_template(&f, NULL, 0, 2, 4, write_template(thinking_template));
+    static char buf[1 << 16];
+    wait_ready(&f);
+    /* think not given: on, as Ollama has it for models that think */
+    CHECK_INT(request(&f, "POST", "/api/chat", NULL, OCHAT(",\"stream\":false"), buf, sizeof buf), ==, 200);
+    json_t *o = body_json(buf);
+    const char *thinking = str_at(o, "message", "thinking");
+    CHECK(thinking && thinking[0]);
+    CHECK_STR(str_at(o, "message", "content"), "");
+    char *whole = strdup(thinking);
+    json_int_t prompt_on = json_integer_value(json_object_get(o, "prompt_eval_count"));
+    json_decref(o);
+    /* streamed, think true: the same thinking in pieces */
+    CHECK_INT(request(&f, "POST", "/api/chat", NULL, OCHAT(",\"think\":true"), buf, sizeof buf), ==, 200);
+    json_t *ev = stream_objects(buf, "\r\n{\"model\"");
+    strbuf th = { 0 }, content = { 0 };
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e) {
+        if (str_at(e, "message", "thinking"))
+            sb_puts(&th, str_at(e, "message", "thinking"));
+        sb_puts(&content, str_at(e, "message", "content"));
+    }
+    CHECK_STR(sb_cstr(&th), whole);
+    CHECK_STR(sb_cstr(&content), "");
+    json_decref(ev);
+    /* think false: the template's switch is off, nothing is parsed */
+    CHECK_INT(request(&f, "POST", "/api/chat", NULL, OCHAT(",\"stream\":false,\"think\":false"), buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK(!json_object_get(json_object_get(o, "message"), "thinking"));
+    CHECK_INT(json_integer_value(json_object_get(o, "prompt_eval_count")), >, prompt_on);
+    json_decref(o);
+    /* generate: "thinking" beside "response" */
+    CHECK_INT(request(&f, "POST", "/api/generate", NULL,
+                      "{\"model\":\"tiny-Q8_0\",\"prompt\":\"hi\",\"stream\":false,\"think\":true,"
+                      "\"options\":{\"num_predict\":6,\"temperature\":0}}", buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK_STR(str_at(o, "thinking", NULL), whole);      /* the same prompt as the chat */
+    CHECK_STR(str_at(o, "response", NULL), "");
+    json_decref(o);
+    CHECK_INT(request(&f, "POST", "/api/show", NULL, "{\"model\":\"tiny-Q8_0\"}", buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "\"thinking\"]"));
+    free(whole);
+    sb_free(&th);
+    sb_free(&content);
+    stop(&f);
+}
+
+/* A model whose template does not think: Ollama's think:true is refused as
+ * Ollama refuses it; OpenAI's switches change nothing. */
+TEST(api_server_thinking_unsupported)
+{
+    fixture f;
+    start(&f, NULL, 0, 1, 2);
+    static char buf[1 << 16];
+    wait_ready(&f);
+    CHECK_INT(request(&f, "POST", "/api/chat", NULL, CHAT(",\"think\":true"), buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "does not support thinking"));
+    CHECK_INT(request(&f, "POST", "/api/chat", NULL, CHAT(",\"think\":false,\"options\":{\"num_predict\":2}"),
+                      buf, sizeof buf), ==, 200);
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL,
+                      CHAT(",\"max_tokens\":2,\"reasoning_format\":\"auto\",\"chat_template_kwargs\":{\"x\":1}"),
+                      buf, sizeof buf), ==, 200);
+    CHECK(!strstr(buf, "reasoning_content"));
+    stop(&f);
 }

@@ -258,3 +258,39 @@ TEST(engine_stop_string)
     CHECK_INT(c.n_text, ==, want_len);
     close_fixture(&f);
 }
+
+/* A control token gives no text unless the request lists it as one whose
+ * text belongs to the answer (tool-call and thinking markers). */
+TEST(engine_text_tokens)
+{
+    fixture f;
+    open_fixture(&f, 1, 128, 16, 1);
+    int32_t prompt[8];
+    random_prompt(prompt, 8, 5);
+    int32_t header = tok_find_token(f.tok, "<|start_header_id|>");
+    CHECK(header >= 0 && tok_is_control(f.tok, header) && !tok_is_eog(f.tok, header));
+    float big = 100.0f;
+    gen_request r;
+    collect c;
+    greedy_request(&r, &c, prompt, 8, 3);
+    r.sampling.bias_ids = &header;
+    r.sampling.bias_values = &big;
+    r.sampling.n_bias = 1;
+    CHECK_OK(engine_submit(f.e, &r));
+    CHECK_OK(engine_run_until_idle(f.e));
+    CHECK_INT(c.n_ids, ==, 3);
+    CHECK_INT(c.ids[0], ==, header);
+    CHECK_INT(c.n_text, ==, 0);
+    greedy_request(&r, &c, prompt, 8, 3);
+    r.sampling.bias_ids = &header;
+    r.sampling.bias_values = &big;
+    r.sampling.n_bias = 1;
+    int32_t shown[2] = { 7, header };
+    r.text_tokens = shown;
+    r.n_text_tokens = 2;
+    CHECK_OK(engine_submit(f.e, &r));
+    CHECK_OK(engine_run_until_idle(f.e));
+    c.text[c.n_text] = '\0';
+    CHECK_STR(c.text, "<|start_header_id|><|start_header_id|><|start_header_id|>");
+    close_fixture(&f);
+}

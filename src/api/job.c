@@ -6,7 +6,10 @@
  *   start_gen      prompt (template + tokenizer), checks, engine_submit;
  *                  a stream sends its headers now
  *   engine thread  on_text / on_token / on_done append to the mailbox under
- *                  srv->mail_mu and wake the loop (never block on a client)
+ *                  srv->mail_mu and wake the loop (never block on a client);
+ *                  a thinking model's answer is split there into reasoning
+ *                  and content, and the request's stop strings are matched
+ *                  on the content (a match cancels the sequence at once)
  *   job_drain      moves mailbox contents into the job, sends what is safe
  *                  to send (whole UTF-8 characters, nothing that may be the
  *                  start of a tool call), and at the end the final answer
@@ -43,13 +46,39 @@ static void post(api_job *j)     /* mail_mu held */
     }
 }
 
+/* Content from mb_text[from..] on goes through the request's stop strings
+ * (engine thread, mail_mu held).  A match ends the content before it and
+ * cancels the sequence: the engine stops before the next token, as it does
+ * for the stops it matches itself. */
+static void content_stops(api_job *j, size_t from)
+{
+    if (!j->stop || j->mb_text.len == from)
+        return;
+    const char *out;
+    size_t n;
+    /* stop_push copies the text before it returns `out` (its own buffer) */
+    int hit = stop_push(j->stop, j->mb_text.p + from, j->mb_text.len - from, &out, &n);
+    j->mb_text.len = from;
+    sb_append(&j->mb_text, out, n);
+    if (hit == 1) {
+        j->mb_stopped = true;
+        atomic_store(&j->gr.cancel, true);
+    }
+}
+
 static void on_text(gen_request *g, const char *text, size_t len)
 {
     api_job *j = g->user;
     api_server *s = j->srv;
     pthread_mutex_lock(&s->mail_mu);
     bool wake = !j->in_ready;
-    sb_append(&j->mb_text, text, len);
+    if (!j->think_parse) {
+        sb_append(&j->mb_text, text, len);
+    } else if (!j->mb_stopped) {
+        size_t from = j->mb_text.len;
+        reasoning_push(&j->split, text, len, &j->mb_reason, &j->mb_text);
+        content_stops(j, from);
+    }
     post(j);
     pthread_mutex_unlock(&s->mail_mu);
     if (wake)
@@ -95,6 +124,17 @@ static void on_done(gen_request *g, const gen_result *res)
     api_server *s = j->srv;
     pthread_mutex_lock(&s->mail_mu);
     bool wake = !j->in_ready;
+    if (j->think_parse && !j->mb_stopped) {
+        size_t from = j->mb_text.len;
+        reasoning_finish(&j->split, &j->mb_reason, &j->mb_text);
+        content_stops(j, from);
+        if (j->stop && !j->mb_stopped) {
+            const char *out;
+            size_t n;
+            stop_flush(j->stop, &out, &n);
+            sb_append(&j->mb_text, out, n);
+        }
+    }
     j->mb_res = *res;
     j->mb_done = true;
     post(j);
@@ -132,6 +172,10 @@ static void free_job(api_job *j)
     rc_free(j->prompt);
     sb_free(&j->mb_text);
     sb_free(&j->text);
+    sb_free(&j->mb_reason);
+    sb_free(&j->reason);
+    reasoning_free(&j->split);
+    stop_free(j->stop);
     rc_free(j->mb_toks);
     rc_free(j->toks);
     json_decref(j->tool_calls);
@@ -254,13 +298,51 @@ static void finish_job(api_job *j)
 
 /* ---- starting ---- */
 
+/* Thinking for this request: whether the answer is split into reasoning
+ * and content (OpenAI unless reasoning_format is "none"; Ollama unless
+ * think is false, which as in Ollama leaves the text as it comes), and the
+ * template variables to render with (*vars, new; NULL for none): the
+ * client's chat_template_kwargs, or for Ollama its think mapped to the
+ * template's switches (not given counts as true, as Ollama does for models
+ * that think). */
+static int thinking_setup(api_job *j, json_t **vars, api_error *e)
+{
+    const api_model *m = j->model;
+    api_request *ar = &j->ar;
+    *vars = NULL;
+    switch (ar->kind) {
+    case API_OPENAI_CHAT:
+        j->think_parse = m->thinks && ar->reasoning_format != REASONING_FORMAT_NONE;
+        *vars = ar->template_vars ? json_deep_copy(ar->template_vars) : NULL;
+        if (ar->template_vars && !*vars)
+            return api_fail(e, 500, "out_of_memory", NULL, "out of memory");
+        return 0;
+    case API_OLLAMA_CHAT:
+    case API_OLLAMA_GENERATE:
+        if (ar->think == THINK_ON && !m->thinks)
+            return api_fail(e, 400, "invalid_value", "think", "\"%s\" does not support thinking "
+                            "(its chat template writes no <think> blocks)", ar->model);
+        j->think_parse = m->thinks && ar->think != THINK_OFF;
+        if (m->thinks && reasoning_set_switches(m->think_switches, ar->think != THINK_OFF, vars))
+            return api_fail(e, 500, "out_of_memory", NULL, "out of memory");
+        return 0;
+    default:
+        return 0;
+    }
+}
+
 static int build_prompt(api_job *j, api_error *e)
 {
     const api_model *m = j->model;
     api_request *ar = &j->ar;
+    json_t *vars = NULL;
+    char *text = NULL;
     int rc = 0;
+    if (thinking_setup(j, &vars, e))
+        return -1;
     if (ar->kind == API_OPENAI_CHAT || ar->kind == API_OLLAMA_CHAT) {
-        rc = registry_chat_prompt(m, ar->messages, ar->tools, &j->prompt, &j->n_prompt);
+        rc = registry_chat_prompt(m, ar->messages, ar->tools, vars, &j->prompt, &j->n_prompt,
+                                  j->think_parse ? &text : NULL);
     } else if (ar->prompt_ids) {
         j->prompt = ar->prompt_ids;
         j->n_prompt = ar->n_prompt_ids;
@@ -272,11 +354,21 @@ static int build_prompt(api_job *j, api_error *e)
             json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content",
                                                   ar->system));
         json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", ar->prompt));
-        rc = registry_chat_prompt(m, msgs, NULL, &j->prompt, &j->n_prompt);
+        rc = registry_chat_prompt(m, msgs, NULL, vars, &j->prompt, &j->n_prompt,
+                                  j->think_parse ? &text : NULL);
         json_decref(msgs);
     } else {
         rc = registry_text_prompt(m, ar->prompt, true, &j->prompt, &j->n_prompt);
     }
+    json_decref(vars);
+    if (rc == 0 && j->think_parse) {
+        /* the template may have opened the block already (R1's prompt ends
+         * with "<think>\n"); a raw prompt is its own tail */
+        const char *tail = text ? text : ar->prompt ? ar->prompt : "";
+        reasoning_init(&j->split, reasoning_prompt_open(tail, strlen(tail)) ? REASONING_OPEN
+                                                                             : REASONING_AUTO);
+    }
+    rc_free(text);
     if (rc == RC_ENOMEM)
         return api_fail(e, 500, "out_of_memory", NULL, "out of memory building the prompt");
     if (rc)
@@ -317,9 +409,24 @@ static void start_gen(api_job *j)
     g->sampling = ar->sampling;
     g->max_tokens = ar->max_tokens;
     g->ignore_eos = ar->ignore_eos;
-    g->stops = (const char *const *)ar->stops;
-    g->n_stops = ar->n_stops;
+    if (j->think_parse && ar->n_stops) {
+        /* matched on the content only (in on_text), not in the reasoning */
+        if (stop_new((const char *const *)ar->stops, ar->n_stops, &j->stop)) {
+            api_fail(&e, 500, "out_of_memory", NULL, "%s", rc_errmsg());
+            fail_job(j, &e);
+            return;
+        }
+    } else {
+        g->stops = (const char *const *)ar->stops;
+        g->n_stops = ar->n_stops;
+    }
     g->n_logprobs = ar->logprobs ? ar->top_logprobs : 0;
+    /* the markers the parsers need: the thinking tags always (with
+     * reasoning_format none they stay in the content, as in llama.cpp),
+     * the tool-call markers when tools are parsed */
+    g->text_tokens = m->text_tokens;
+    g->n_text_tokens = ar->tools && m->tool_format != TOOLS_NONE ? m->n_text_tokens
+                                                                 : m->n_think_tokens;
     g->user = j;
     g->on_text = on_text;
     g->on_done = on_done;
@@ -478,6 +585,14 @@ static bool wants_tools(const api_job *j)
 /* Sends the part of the answer that is safe to send. */
 static void stream_progress(api_job *j)
 {
+    /* the reasoning comes before the content: send what there is first */
+    size_t rsafe = whole_chars(j->reason.p, j->reason.len);
+    if (rsafe > j->reason_sent && j->ops->reasoning) {
+        j->ops->reasoning(j, j->reason.p + j->reason_sent, rsafe - j->reason_sent, j->toks_sent,
+                          j->n_toks);
+        j->reason_sent = rsafe;
+        j->toks_sent = j->n_toks;
+    }
     size_t safe = j->text.len;
     if (wants_tools(j))
         safe = tool_calls_safe_prefix(j->model->tool_format, j->marker, j->text.p, j->text.len);
@@ -508,6 +623,12 @@ static void complete(api_job *j)
         return;
     }
     clean[clean_len] = '\0';
+    if (j->ar.stream && j->reason.len > j->reason_sent && j->ops->reasoning) {
+        j->ops->reasoning(j, j->reason.p + j->reason_sent, j->reason.len - j->reason_sent,
+                          j->toks_sent, j->n_toks);
+        j->reason_sent = j->reason.len;
+        j->toks_sent = j->n_toks;
+    }
     json_t *calls = NULL;
     char *content = NULL;
     if (wants_tools(j) &&
@@ -538,6 +659,11 @@ static void take_mail(api_job *j)
         sb_append(&j->text, j->mb_text.p, j->mb_text.len);
         sb_reset(&j->mb_text);
     }
+    if (j->mb_reason.len) {
+        sb_append(&j->reason, j->mb_reason.p, j->mb_reason.len);
+        sb_reset(&j->mb_reason);
+    }
+    j->stopped |= j->mb_stopped;
     if (j->mb_n_toks) {
         if (j->n_toks + j->mb_n_toks > j->cap_toks) {
             int cap = (j->n_toks + j->mb_n_toks) * 2;
@@ -557,6 +683,11 @@ static void take_mail(api_job *j)
     if (j->mb_done) {
         j->engine_done = true;
         j->res = j->mb_res;
+        /* the cancel that a content stop string asked for is that stop,
+         * also when its token was the last one max_tokens allowed (the
+         * engine's own stops win over the length there too) */
+        if (j->stopped && (j->res.finish == GEN_CANCELLED || j->res.finish == GEN_LENGTH))
+            j->res.finish = GEN_STOP;
     }
 }
 

@@ -54,7 +54,8 @@ typedef struct {
 } model_facts;
 
 /* Reads what the listings show from the model's file: the loaded mapping
- * when the model is loaded, else a short-lived one. */
+ * when the model is loaded (and then the template it renders with), else a
+ * short-lived one. */
 static int read_facts(api_server *s, const api_model *m, model_facts *f)
 {
     memset(f, 0, sizeof *f);
@@ -91,10 +92,11 @@ static int read_facts(api_server *s, const api_model *m, model_facts *f)
             best = t;
     snprintf(f->quant, sizeof f->quant, "%s", tensor_type_name(best) ? tensor_type_name(best) : "?");
     gguf_str tpl;
-    if (gguf_get_str(g, "tokenizer.chat_template", &tpl) == 0) {
+    if (!own && m->lm.template_src)      /* what it renders with (--chat-template-file) */
+        f->template_src = rc_strdup(m->lm.template_src);
+    else if (gguf_get_str(g, "tokenizer.chat_template", &tpl) == 0)
         f->template_src = rc_strndup(tpl.ptr, tpl.len);
-        f->tools = f->template_src && tool_format_detect(f->template_src) != TOOLS_NONE;
-    }
+    f->tools = f->template_src && tool_format_detect(f->template_src) != TOOLS_NONE;
     if (own)
         gguf_close(g);
     return 0;
@@ -214,7 +216,11 @@ int ollama_show(api_server *s, struct evhttp_request *req, const char *body, siz
     json_object_set_new(info, arch_key, json_integer(f.n_embd));
     snprintf(arch_key, sizeof arch_key, "%s.block_count", f.arch);
     json_object_set_new(info, arch_key, json_integer(f.n_layer));
-    json_t *caps = f.tools ? json_pack("[s, s]", "completion", "tools") : json_pack("[s]", "completion");
+    json_t *caps = json_pack("[s]", "completion");
+    if (f.tools)
+        json_array_append_new(caps, json_string("tools"));
+    if (reasoning_template_thinks(f.template_src))
+        json_array_append_new(caps, json_string("thinking"));
     json_t *out = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:s}", "license", "",
                             "modelfile", modelfile, "parameters", "", "template",
                             f.template_src ? f.template_src : "", "details", details_json(&f),
@@ -281,11 +287,24 @@ static void chat_delta(api_job *j, const char *text, size_t len, int from, int t
     http_stream_line(j, o);
 }
 
+/* Ollama's field for the thinking part of an answer ("thinking", in the
+ * message for chat, beside "response" for generate). */
+static void chat_thinking(api_job *j, const char *text, size_t len, int from, int to)
+{
+    (void)from; (void)to;
+    json_t *o = line(j, false);
+    json_object_set_new(o, "message", json_pack("{s:s, s:s, s:o}", "role", "assistant", "content",
+                                                 "", "thinking", text_value(text, len)));
+    http_stream_line(j, o);
+}
+
 static void chat_final(api_job *j)
 {
     json_t *o = line(j, true);
     const char *content = j->ar.stream || !j->content ? "" : j->content;
     json_t *msg = json_pack("{s:s, s:s}", "role", "assistant", "content", content);
+    if (!j->ar.stream && j->reason.len)
+        json_object_set_new(msg, "thinking", text_value(j->reason.p, j->reason.len));
     if (j->tool_calls)
         json_object_set_new(msg, "tool_calls", ollama_tool_calls(j));
     json_object_set_new(o, "message", msg);
@@ -301,7 +320,8 @@ static void stream_error(api_job *j, const api_error *e)
     http_stream_line(j, json_pack("{s:s}", "error", e->message));
 }
 
-const job_ops ollama_chat_ops = { ndjson_start, chat_delta, chat_final, stream_error };
+const job_ops ollama_chat_ops = { ndjson_start, chat_delta, chat_thinking, chat_final,
+                                  stream_error };
 
 static void generate_delta(api_job *j, const char *text, size_t len, int from, int to)
 {
@@ -311,11 +331,22 @@ static void generate_delta(api_job *j, const char *text, size_t len, int from, i
     http_stream_line(j, o);
 }
 
+static void generate_thinking(api_job *j, const char *text, size_t len, int from, int to)
+{
+    (void)from; (void)to;
+    json_t *o = line(j, false);
+    json_object_set_new(o, "response", json_string(""));
+    json_object_set_new(o, "thinking", text_value(text, len));
+    http_stream_line(j, o);
+}
+
 static void generate_final(api_job *j)
 {
     json_t *o = line(j, true);
     const char *content = j->ar.stream || !j->content ? "" : j->content;
     json_object_set_new(o, "response", json_string(content));
+    if (!j->ar.stream && j->reason.len)
+        json_object_set_new(o, "thinking", text_value(j->reason.p, j->reason.len));
     add_stats(j, o);
     if (j->ar.stream)
         http_stream_line(j, o);
@@ -323,7 +354,8 @@ static void generate_final(api_job *j)
         http_reply_json(j->srv, j->req, 200, o, NULL, NULL);
 }
 
-const job_ops ollama_generate_ops = { ndjson_start, generate_delta, generate_final, stream_error };
+const job_ops ollama_generate_ops = { ndjson_start, generate_delta, generate_thinking,
+                                      generate_final, stream_error };
 
 void ollama_loaded(api_job *j)
 {

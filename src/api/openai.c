@@ -161,6 +161,13 @@ static void chat_delta(api_job *j, const char *text, size_t len, int from, int t
                                   j->ar.logprobs ? chat_logprobs(j, from, to) : NULL, NULL));
 }
 
+/* DeepSeek's and llama.cpp's field for the thinking part of an answer. */
+static void chat_reasoning(api_job *j, const char *text, size_t len, int from, int to)
+{
+    json_t *delta = json_pack("{s:o}", "reasoning_content", string_or_null(text, len));
+    http_stream_sse(j, chat_chunk(j, delta, j->ar.logprobs ? chat_logprobs(j, from, to) : NULL, NULL));
+}
+
 static void chat_final(api_job *j)
 {
     const char *finish = job_finish_reason(j);
@@ -182,6 +189,8 @@ static void chat_final(api_job *j)
     const char *content = j->content ? j->content : "";
     json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
                             j->tool_calls && !content[0] ? json_null() : json_string(content));
+    if (j->reason.len)
+        json_object_set_new(msg, "reasoning_content", string_or_null(j->reason.p, j->reason.len));
     if (j->tool_calls)
         json_object_set_new(msg, "tool_calls", openai_tool_calls(j, false));
     json_t *o = base_obj(j, "chat.completion");
@@ -200,7 +209,8 @@ static void stream_error(api_job *j, const api_error *e)
     http_stream_raw(j, "data: [DONE]\n\n");
 }
 
-const job_ops openai_chat_ops = { chat_start, chat_delta, chat_final, stream_error };
+const job_ops openai_chat_ops = { chat_start, chat_delta, chat_reasoning, chat_final,
+                                  stream_error };
 
 /* ---- completions ---- */
 
@@ -249,7 +259,7 @@ static void completion_final(api_job *j)
     http_reply_json(j->srv, j->req, 200, o, NULL, NULL);
 }
 
-const job_ops openai_completion_ops = { completion_start, completion_delta, completion_final,
+const job_ops openai_completion_ops = { completion_start, completion_delta, NULL, completion_final,
                                         stream_error };
 
 /* ---- models ---- */

@@ -7,7 +7,9 @@
 #include "placed.h"
 #include "cluster/cluster.h"
 #include "cluster/weights.h"
+#include "reasoning.h"
 #include "tool_calls.h"
+#include "tool_turns.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -277,6 +279,33 @@ static void *engine_thread(void *arg)
     return NULL;
 }
 
+/* What the template says: the tool-call format and the shape of past
+ * tool-call turns it wants, whether the model thinks, and the control
+ * tokens among the markers of both. */
+static void template_facts(api_model *m)
+{
+    const char *src = m->lm.template_src;
+    m->tool_format = tool_format_detect(src);
+    m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]")
+                                                     : -1;
+    m->tool_turns = m->tool_format != TOOLS_NONE ? tool_turns_probe(src) : 0;
+    m->thinks = reasoning_template_thinks(src);
+    m->think_switches = m->thinks ? reasoning_template_switches(src) : 0;
+    m->n_think_tokens = m->n_text_tokens = 0;
+    static const char *const think_tags[] = { REASONING_OPEN_TAG, REASONING_CLOSE_TAG, NULL };
+    const char *const *lists[2] = { m->thinks ? think_tags : NULL,
+                                    tool_format_markers(m->tool_format) };
+    for (int k = 0; k < 2; k++) {
+        for (const char *const *t = lists[k]; t && *t && m->n_text_tokens < 8; t++) {
+            int32_t id = tok_find_token(m->lm.tok, *t);
+            if (id >= 0 && tok_is_control(m->lm.tok, id))
+                m->text_tokens[m->n_text_tokens++] = id;
+        }
+        if (k == 0)
+            m->n_think_tokens = m->n_text_tokens;
+    }
+}
+
 static int load_model(api_registry *r, api_model *m)
 {
     int rc;
@@ -295,8 +324,7 @@ static int load_model(api_registry *r, api_model *m)
     model_hparams hp;
     if ((rc = model_read_hparams(m->lm.file, &hp)))
         return rc_wrap(rc, "%s: ", path);
-    m->tool_format = tool_format_detect(m->lm.template_src);
-    m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]") : -1;
+    template_facts(m);
     m->ep = r->cfg.engine;
     if (hp.n_ctx_train > 0 && m->ep.n_ctx > hp.n_ctx_train)
         m->ep.n_ctx = hp.n_ctx_train;
@@ -313,8 +341,7 @@ static int load_model(api_registry *r, api_model *m)
             return rc;
         if ((rc = lm_open(&m->lm, path, true, r->template_override)))
             return rc;
-        m->tool_format = tool_format_detect(m->lm.template_src);
-        m->tool_marker = m->tool_format == TOOLS_MISTRAL ? tok_find_token(m->lm.tok, "[TOOL_CALLS]") : -1;
+        template_facts(m);
         lm_prefault(&m->lm, NULL, NULL);
         if ((rc = engine_new(m->lm.m, m->lm.tok, &m->ep, &m->eng)))
             return rc;
@@ -583,16 +610,23 @@ static int checked_count(int rc, int32_t **ids, size_t n_ids, int *n)
 }
 
 int registry_chat_prompt(const api_model *m, const json_t *messages, const json_t *tools,
-                         int32_t **ids, int *n)
+                         const json_t *vars, int32_t **ids, int *n, char **text)
 {
-    char *text = NULL;
+    char *t = NULL;
     size_t n_ids = 0;
-    int rc = lm_render(&m->lm, messages, tools, true, &text);
+    json_t *adapted;
+    if (tool_turns_adapt(messages, m->tool_turns, &adapted))
+        return rc_fail(RC_ENOMEM, "out of memory adapting tool-call turns");
+    int rc = lm_render(&m->lm, adapted ? adapted : messages, tools, true, vars, &t);
+    json_decref(adapted);
     if (rc)
         return rc_wrap(rc, "chat template: ");
-    rc = lm_tokenize(&m->lm, text, true, ids, &n_ids);
+    rc = lm_tokenize(&m->lm, t, true, ids, &n_ids);
     rc = checked_count(rc, ids, n_ids, n);
-    rc_free(text);
+    if (rc == 0 && text)
+        *text = t;
+    else
+        rc_free(t);
     return rc;
 }
 

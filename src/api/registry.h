@@ -53,6 +53,14 @@ typedef struct api_model {
     lm lm;                     /* weights, tokenizer, chat template */
     int tool_format;           /* enum tool_format of the template */
     int32_t tool_marker;       /* Mistral [TOOL_CALLS] token id, or -1 */
+    unsigned tool_turns;       /* TOOL_TURN_* shape of past tool-call turns the template wants */
+    bool thinks;               /* the template's model writes <think> blocks */
+    unsigned think_switches;   /* REASONING_VAR_* bits: the template's thinking switches */
+    /* control tokens whose text the parsers need (engine text_tokens):
+     * <think> and </think> first (n_think_tokens), then the tool format's
+     * markers */
+    int32_t text_tokens[8];
+    int n_think_tokens, n_text_tokens;
     engine *eng;
     engine_params ep;
     json_t *plan;              /* where it runs (placement), when in a cluster */
@@ -140,12 +148,14 @@ int registry_submit(api_model *m, gen_request *g);
 /* Wakes a model's engine thread (after setting a request's cancel flag). */
 void registry_wake(api_model *m);
 
-/* Renders chat messages (and tools) with the model's template and
- * tokenizes the prompt (special tokens parsed; BOS added unless the
- * template wrote it).  Returns 0 with *ids (rc_malloc'd) / *n, or a
- * negative code with rc_errmsg() saying why (template errors). */
+/* Renders chat messages (and tools, and the extra template variables
+ * `vars`, an object or NULL) with the model's template and tokenizes the
+ * prompt (special tokens parsed; BOS added unless the template wrote it).
+ * Returns 0 with *ids (rc_malloc'd) / *n, and the rendered text in *text
+ * when text is not NULL (rc_malloc'd), or a negative code with rc_errmsg()
+ * saying why (template errors). */
 int registry_chat_prompt(const api_model *m, const json_t *messages, const json_t *tools,
-                         int32_t **ids, int *n);
+                         const json_t *vars, int32_t **ids, int *n, char **text);
 
 /* Tokenizes raw text: special tokens parsed only when `special`; BOS added
  * as the vocabulary asks, unless the text starts with it. */

@@ -414,6 +414,15 @@ static int get_messages(api_request *r, const json_t *o, api_error *e)
             if (v)
                 json_object_set(nm, copy[k], v);
         }
+        /* an earlier answer's thinking, for templates that render it back
+         * (Qwen3, Kimi K2 Thinking read reasoning_content, llama.cpp's name;
+         * Ollama calls it thinking) */
+        const char *rkey = r->kind == API_OLLAMA_CHAT ? "thinking" : "reasoning_content";
+        json_t *thought = field(m, rkey);
+        if (thought && !json_is_string(thought))
+            return bad_type(e, rkey, "a string");
+        if (thought && !strcmp(rs, "assistant"))
+            json_object_set(nm, "reasoning_content", thought);
     }
     return 0;
 }
@@ -464,12 +473,76 @@ static int get_tools(api_request *r, const json_t *o, api_error *e)
     return 0;
 }
 
+/* chat_template_kwargs (llama.cpp's and vLLM's name): an object whose
+ * members become template variables, e.g. {"enable_thinking": false}.  The
+ * variables every render sets are not the client's to replace. */
+static int get_template_vars(api_request *r, const json_t *o, api_error *e)
+{
+    json_t *v = field(o, "chat_template_kwargs");
+    if (!v)
+        return 0;
+    if (!json_is_object(v))
+        return bad_type(e, "chat_template_kwargs", "an object of template variables");
+    static const char *const reserved[] = { "messages", "tools", "add_generation_prompt",
+                                            "bos_token", "eos_token" };
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+        if (json_object_get(v, reserved[i]))
+            return api_fail(e, 400, "invalid_value", "chat_template_kwargs",
+                            "chat_template_kwargs may not set '%s' (the request gives it)",
+                            reserved[i]);
+    if (json_object_size(v))
+        r->template_vars = json_incref(v);
+    return 0;
+}
+
+/* llama.cpp's reasoning_format: "none" leaves thinking in the content;
+ * "auto" and "deepseek" (the default) move it to reasoning_content. */
+static int get_reasoning_format(api_request *r, const json_t *o, api_error *e)
+{
+    json_t *v = field(o, "reasoning_format");
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return bad_type(e, "reasoning_format", "a string");
+    const char *s = json_string_value(v);
+    if (!strcmp(s, "none"))
+        r->reasoning_format = REASONING_FORMAT_NONE;
+    else if (strcmp(s, "auto") && strcmp(s, "deepseek"))
+        return api_fail(e, 400, "invalid_value", "reasoning_format",
+                        "reasoning_format '%.40s': want none, auto or deepseek", s);
+    return 0;
+}
+
+/* Ollama's think: true or false; the effort levels of gpt-oss ("high",
+ * "medium", "low") mean thinking on, as no other model has levels. */
+static int get_think(api_request *r, const json_t *o, api_error *e)
+{
+    json_t *v = field(o, "think");
+    if (!v)
+        return 0;
+    if (json_is_boolean(v)) {
+        r->think = json_is_true(v) ? THINK_ON : THINK_OFF;
+        return 0;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        if (!strcmp(s, "high") || !strcmp(s, "medium") || !strcmp(s, "low")) {
+            r->think = THINK_ON;
+            return 0;
+        }
+        return api_fail(e, 400, "invalid_value", "think",
+                        "think '%.40s': want true, false, \"high\", \"medium\" or \"low\"", s);
+    }
+    return bad_type(e, "think", "true or false");
+}
+
 /* ---- endpoints ---- */
 
 static int parse_openai_chat(api_request *r, const json_t *o, api_error *e)
 {
     if (get_openai_common(r, o, e) || get_messages(r, o, e) || get_tools(r, o, e) ||
-        get_bool(o, "logprobs", &r->logprobs, e))
+        get_bool(o, "logprobs", &r->logprobs, e) || get_template_vars(r, o, e) ||
+        get_reasoning_format(r, o, e))
         return -1;
     long long v;
     bool has;
@@ -596,7 +669,7 @@ static int get_ollama_common(api_request *r, const json_t *o, api_error *e)
     }
     if (!r->model || !r->model[0])
         return api_fail(e, 400, "missing_field", "model", "model is required");
-    if (get_bool(o, "stream", &r->stream, e) || get_ollama_options(r, o, e))
+    if (get_bool(o, "stream", &r->stream, e) || get_ollama_options(r, o, e) || get_think(r, o, e))
         return -1;
     json_t *fmt = field(o, "format");
     if (fmt && !(json_is_string(fmt) && json_string_length(fmt) == 0))
@@ -632,6 +705,7 @@ int api_request_parse(int kind, const char *body, size_t len, api_request *r, ap
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     r->kind = kind;
+    r->think = THINK_UNSET;
     sampler_params_default(&r->sampling);
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
@@ -662,6 +736,7 @@ void api_request_free(api_request *r)
     rc_free(r->model);
     json_decref(r->messages);
     json_decref(r->tools);
+    json_decref(r->template_vars);
     rc_free(r->prompt);
     rc_free(r->prompt_ids);
     rc_free(r->system);

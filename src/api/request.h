@@ -40,6 +40,12 @@ enum api_kind {
 
 enum api_tool_choice { TOOL_CHOICE_AUTO, TOOL_CHOICE_NONE, TOOL_CHOICE_REQUIRED };
 
+/* llama.cpp's reasoning_format: whether thinking is parsed out of content. */
+enum api_reasoning_format { REASONING_FORMAT_PARSE, REASONING_FORMAT_NONE };
+
+/* Ollama's think: not given, false, true. */
+enum api_think { THINK_UNSET = -1, THINK_OFF = 0, THINK_ON = 1 };
+
 /* An error for the client: HTTP status, OpenAI error type and code, and a
  * message that says what to fix. */
 typedef struct {
@@ -62,10 +68,14 @@ typedef struct {
     int kind;                 /* enum api_kind */
     char *model;              /* as the client named it */
     /* chat: messages normalised to {role, content: string, [tool_calls],
-     * [tool_call_id], [name]}, tools (NULL when none or tool_choice none) */
+     * [tool_call_id], [name], [reasoning_content]}, tools (NULL when none
+     * or tool_choice none) */
     json_t *messages;
     json_t *tools;
     int tool_choice;          /* enum api_tool_choice */
+    json_t *template_vars;    /* chat_template_kwargs: more variables for the template, or NULL */
+    int reasoning_format;     /* enum api_reasoning_format (OpenAI chat) */
+    int think;                /* enum api_think (Ollama chat and generate) */
     /* completion / generate: text, or token ids (OpenAI only) */
     char *prompt;
     int32_t *prompt_ids;

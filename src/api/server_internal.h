@@ -33,8 +33,10 @@
 #include "api.h"
 #include "buf.h"
 #include "metrics.h"
+#include "reasoning.h"
 #include "registry.h"
 #include "request.h"
+#include "infer/stop.h"
 
 typedef struct api_job api_job;
 
@@ -73,6 +75,8 @@ typedef struct {
 typedef struct {
     void (*start)(api_job *j);                      /* stream: headers, first event */
     void (*delta)(api_job *j, const char *text, size_t len, int tok_from, int tok_to);
+    /* stream: a piece of the reasoning (NULL for endpoints without it) */
+    void (*reasoning)(api_job *j, const char *text, size_t len, int tok_from, int tok_to);
     void (*final)(api_job *j);                      /* the end: finish reason, usage */
     void (*error)(api_job *j, const api_error *e);  /* before or after start */
 } job_ops;
@@ -96,18 +100,29 @@ struct api_job {
     int32_t *prompt;
     int n_prompt;
     gen_request gr;
+    /* thinking: when think_parse, the engine thread splits the answer in
+     * on_text (before the mailbox), so that stop strings see only the
+     * content and end the generation at the token that completes them */
+    bool think_parse;
+    reasoning_split split;          /* engine thread until on_done */
+    stop_matcher *stop;             /* the request's stops over the content, or NULL */
     /* mailbox (srv->mail_mu) */
-    strbuf mb_text;
+    strbuf mb_text;                 /* content */
+    strbuf mb_reason;               /* reasoning */
     tok_rec *mb_toks;
     int mb_n_toks, mb_cap_toks;
     bool mb_marker, mb_done, in_ready;
+    bool mb_stopped;                /* a stop string ended the content (then cancel) */
     gen_result mb_res;
     api_job *ready_next;
     /* event-loop state */
     bool waiting_load, submitted, engine_done, started, finished;
     uint64_t t_keepalive_ns;        /* last SSE comment sent while the model loads */
-    strbuf text;                    /* the whole answer so far */
+    strbuf text;                    /* the content so far (the whole answer without thinking) */
     size_t sent;                    /* bytes of text sent as content */
+    strbuf reason;                  /* the reasoning so far */
+    size_t reason_sent;             /* bytes of it sent */
+    bool stopped;                   /* mb_stopped, taken */
     tok_rec *toks;
     int n_toks, cap_toks, toks_sent;
     bool marker;                    /* Mistral [TOOL_CALLS] generated */

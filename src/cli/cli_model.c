@@ -45,7 +45,7 @@ int cli_chat_prompt(const lm *l, const json_t *messages, const json_t *tools,
                     bool add_generation_prompt, int32_t **ids, size_t *n)
 {
     char *text = NULL;
-    if (lm_render(l, messages, tools, add_generation_prompt, &text)) {
+    if (lm_render(l, messages, tools, add_generation_prompt, NULL, &text)) {
         fprintf(stderr, "racimo: chat template: %s\n", rc_errmsg());
         return 1;
     }

@@ -69,7 +69,7 @@ int cmd_template(int argc, char **argv)
     int rc = 1;
     if (!cli_model_open(&cm, path, false, template_file)) {
         char *text = NULL;
-        if (lm_render(&cm, messages, tools, gen_prompt, &text) == 0) {
+        if (lm_render(&cm, messages, tools, gen_prompt, NULL, &text) == 0) {
             fputs(text, stdout);
             rc = 0;
         } else {

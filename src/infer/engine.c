@@ -413,7 +413,10 @@ static int accept_token(engine *e, slot *s, const exec_sampled *x)
         return 1;
     }
     s->res.n_gen++;
-    int n = tok_stream_push(e->tok, &s->ts, t, false, e->text, e->text_cap);
+    bool special = false;
+    for (int i = 0; i < r->n_text_tokens && !special; i++)
+        special = r->text_tokens[i] == t;
+    int n = tok_stream_push(e->tok, &s->ts, t, special, e->text, e->text_cap);
     if (n > 0 && push_text(s, e->text, (size_t)n)) {
         finish(e, s, GEN_STOP, NULL);
         return 1;

@@ -66,6 +66,12 @@ struct gen_request {
     int n_stops;
     int n_logprobs;            /* 0: none; else top alternatives wanted (<= 20) */
     bool ignore_eos;
+    /* Control tokens whose text belongs to the answer (llama.cpp's
+     * "preserved tokens"): tool-call and thinking markers that a vocabulary
+     * makes control tokens would otherwise vanish before the server can
+     * parse them.  Other control tokens give no text. */
+    const int32_t *text_tokens;
+    int n_text_tokens;
     void *user;
     /* Called on the engine thread.  on_text gets valid UTF-8 text (never
      * part of a stop string); on_token, if set, each sampled token. */

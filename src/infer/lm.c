@@ -95,10 +95,10 @@ void lm_prefault(const lm *l, void (*progress)(void *ctx, double done), void *ct
 }
 
 int lm_render(const lm *l, const json_t *messages, const json_t *tools,
-              bool add_generation_prompt, char **out)
+              bool add_generation_prompt, const json_t *vars, char **out)
 {
     return chat_template_render(l->template_src, messages, tools, add_generation_prompt,
-                                l->bos_text, l->eos_text, NULL, out);
+                                l->bos_text, l->eos_text, vars, out);
 }
 
 int lm_tokenize(const lm *l, const char *text, bool special, int32_t **ids, size_t *n)

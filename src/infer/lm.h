@@ -32,10 +32,12 @@ void lm_close(lm *l);                           /* accepts a zeroed lm */
  * for page faults; `progress` (may be NULL) is called with 0..1. */
 void lm_prefault(const lm *l, void (*progress)(void *ctx, double done), void *ctx);
 
-/* Renders OpenAI-format messages (and tools, may be NULL) with the template;
- * *out is rc_malloc'd.  Template errors return negative with rc_errmsg(). */
+/* Renders OpenAI-format messages (and tools, may be NULL) with the template,
+ * with the members of `vars` (an object or NULL, e.g. {"enable_thinking":
+ * false}) as more variables; *out is rc_malloc'd.  Template errors return
+ * negative with rc_errmsg(). */
 int lm_render(const lm *l, const json_t *messages, const json_t *tools,
-              bool add_generation_prompt, char **out);
+              bool add_generation_prompt, const json_t *vars, char **out);
 
 /* Tokenizes a prompt: special-token text parsed when `special`, BOS added as
  * the vocabulary asks unless the text already starts with the BOS text (a

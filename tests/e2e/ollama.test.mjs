@@ -1,10 +1,10 @@
 // ollama.test.mjs - racimo serve as a drop-in for Ollama, driven by the
 // official `ollama` package: tags, show, ps, version, chat and generate
-// (streamed JSON lines and not), options, and errors.
+// (streamed JSON lines and not), options, thinking, and errors.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Ollama } from 'ollama';
-import { startServer } from './helpers.mjs';
+import { startServer, writeFile } from './helpers.mjs';
 
 let srv, ollama;
 before(async () => {
@@ -91,4 +91,52 @@ test('errors: unknown model, bad options, format, empty messages', async () => {
   assert.equal(r.status, 400);
   const j = await r.json();
   assert.equal(typeof j.error, 'string');
+});
+
+// A template that thinks like Qwen3 (the enable_thinking switch) but whose
+// generation prompt opens the block itself, as DeepSeek-R1's does: whatever
+// the random model writes is then thinking.
+const THINKING_TEMPLATE =
+  "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}" +
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}" +
+  "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}" +
+  "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}";
+
+test('think: thinking in message.thinking and generate\'s thinking, streamed or not; think false switches it off', async () => {
+  const t = await startServer(['--chat-template-file', writeFile('thinking-ollama.jinja', THINKING_TEMPLATE)]);
+  try {
+    const o = new Ollama({ host: t.url });
+    const show = await o.show({ model: 'tiny' });
+    assert.ok(show.capabilities.includes('thinking'), show.capabilities.join(','));
+    const args = { model: 'tiny', messages: [{ role: 'user', content: 'why?' }], options: { num_predict: 8, temperature: 0 } };
+    const r = await o.chat({ ...args, think: true, stream: false });
+    assert.ok(r.message.thinking && r.message.thinking.length > 0, JSON.stringify(r.message));
+    assert.equal(r.message.content, '');
+    let thinking = '', content = '', done = null;
+    for await (const part of await o.chat({ ...args, think: true, stream: true })) {
+      thinking += part.message.thinking ?? '';
+      content += part.message.content;
+      if (part.done) done = part;
+    }
+    assert.equal(thinking, r.message.thinking);
+    assert.equal(content, '');
+    assert.equal(done.eval_count, r.eval_count);
+    // not given: on, as Ollama has it for models that think
+    const unset = await o.chat({ ...args, stream: false });
+    assert.equal(unset.message.thinking, r.message.thinking);
+    const off = await o.chat({ ...args, think: false, stream: false });
+    assert.equal(off.message.thinking, undefined);
+    assert.ok(off.prompt_eval_count > r.prompt_eval_count, 'think false did not reach the template');
+    const g = await o.generate({ model: 'tiny', prompt: 'why?', think: true, stream: false, options: { num_predict: 8, temperature: 0 } });
+    assert.equal(g.thinking, r.message.thinking);
+    assert.equal(g.response, '');
+  } finally { await t.stop(); }
+});
+
+test('think: true on a model whose template does not think is refused as Ollama refuses it', async () => {
+  await assert.rejects(ollama.chat({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], think: true, stream: false }),
+    (e) => e.status_code === 400 && /does not support thinking/.test(e.error));
+  const r = await ollama.chat({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], think: false, stream: false,
+    options: { num_predict: 2 } });
+  assert.equal(r.message.thinking, undefined);
 });

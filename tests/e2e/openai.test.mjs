@@ -1,6 +1,6 @@
 // openai.test.mjs - racimo serve driven by the official `openai` package:
 // chat and completions, streamed and not, models, sampling fields, seeds,
-// stop strings, logprobs, prefix reuse, tools and errors.  Synthetic models
+// stop strings, logprobs, prefix reuse, tools, thinking and errors.  Synthetic models
 // have random weights: these tests check protocol and behaviour, not text.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -240,5 +240,52 @@ test('API keys: every endpoint but /health needs one; 401 in OpenAI form', async
     const log = t.access();
     assert.ok(log.some((l) => l.key === 'key-3' && l.path === '/v1/chat/completions'), 'key id logged');
     assert.ok(!JSON.stringify(log).includes('third-key'), 'a key leaked into the log');
+  } finally { await t.stop(); }
+});
+
+// A template that thinks like Qwen3 (the enable_thinking switch) but whose
+// generation prompt opens the block itself, as DeepSeek-R1's does; the
+// answer is forced to "xxxx" with logit_bias (token 120 is the byte 'x').
+const THINKING_TEMPLATE =
+  "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}" +
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}" +
+  "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}" +
+  "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}";
+
+test('thinking goes to reasoning_content; reasoning_format none and chat_template_kwargs switch it', async () => {
+  const t = await startServer(['--chat-template-file', writeFile('thinking-openai.jinja', THINKING_TEMPLATE)]);
+  try {
+    const c = new OpenAI({ baseURL: `${t.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const args = { model: 'tiny', messages: msgs('why?'), max_tokens: 4, temperature: 0, logit_bias: { 120: 100 } };
+    const r = await c.chat.completions.create(args);
+    assert.equal(r.choices[0].message.reasoning_content, 'xxxx');
+    assert.equal(r.choices[0].message.content, '');
+    assert.equal(r.choices[0].finish_reason, 'length');
+    let reasoning = '', content = '';
+    for await (const chunk of await c.chat.completions.create({ ...args, stream: true })) {
+      reasoning += chunk.choices[0]?.delta?.reasoning_content ?? '';
+      content += chunk.choices[0]?.delta?.content ?? '';
+    }
+    assert.equal(reasoning, 'xxxx');
+    assert.equal(content, '');
+    const none = await c.chat.completions.create({ ...args, reasoning_format: 'none' });
+    assert.equal(none.choices[0].message.content, 'xxxx');
+    assert.equal(none.choices[0].message.reasoning_content, undefined);
+    // a stop string looks at the content only
+    const inThought = await c.chat.completions.create({ ...args, stop: ['xx'] });
+    assert.equal(inThought.choices[0].message.reasoning_content, 'xxxx');
+    assert.equal(inThought.choices[0].finish_reason, 'length');
+    const off = await c.chat.completions.create({ ...args, chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(off.choices[0].message.content, 'xxxx');
+    assert.equal(off.choices[0].message.reasoning_content, undefined);
+    assert.ok(off.usage.prompt_tokens > r.usage.prompt_tokens, 'chat_template_kwargs did not reach the template');
+    const stopped = await c.chat.completions.create({ ...args, chat_template_kwargs: { enable_thinking: false }, stop: ['xx'] });
+    assert.equal(stopped.choices[0].message.content, '');
+    assert.equal(stopped.choices[0].finish_reason, 'stop');
+    assert.equal(stopped.usage.completion_tokens, 2);
+    await assert.rejects(c.chat.completions.create({ ...args, reasoning_format: 'sometimes' }),
+      (e) => e.status === 400 && /reasoning_format/.test(e.message));
+    await assert.rejects(c.chat.completions.create({ ...args, chat_template_kwargs: { messages: [] } }),
+      (e) => e.status === 400 && /chat_template_kwargs/.test(e.message));
   } finally { await t.stop(); }
 });
