@@ -264,6 +264,19 @@ TEST(placement_tensor_parallel)
     two[1].mem_avail -= 2 * MiB;              /* a share no longer fits on n3 */
     CHECK_OK(placement_make(&fm.ms, two, 2, NULL, &o, &p));
     CHECK(!p.fits);
+    /* shards are not bounded by the layers: 3 layers on 4 shards; where the
+     * attention is not cut it is on every shard, with 1 exchange a layer */
+    fake(&fm, 3, 100, 100, 100, 0);
+    fm.ms.attn_bytes = 3 * 40 * MiB;
+    fm.ms.tp_attn_whole = 1u << 4;
+    placement_node four[] = { node("a", GiB, 30), node("b", GiB, 30), node("c", GiB, 30),
+                              node("d", GiB, 30) };
+    o.min_nodes = 4;
+    CHECK_OK(placement_make(&fm.ms, four, 4, NULL, &o, &p));
+    CHECK(p.fits && p.tensor && p.n_stages == 4);
+    CHECK_INT(p.stage[0].weight_bytes, ==, 100 * MiB + 120 * MiB + (300 - 120 + 100) * MiB / 4);
+    CHECK_NEAR(p.tokens_per_s, 1000.0 / (p.stage[0].ms_per_token + 4 * PLACEMENT_DEFAULT_HOP_MS),
+               1e-6);
 }
 
 /* The shard counts a model file can be cut into, from its tensor infos. */

@@ -165,7 +165,7 @@ static bool try_tensor(const problem *P, const int *set, int k, placement *p)
 static bool try_set(const problem *P, const int *set, int k, placement *p)
 {
     const int L = P->ms->n_layer;
-    if (k < 1 || k > L || k > PLACEMENT_MAX_STAGES)
+    if (k < 1 || k > PLACEMENT_MAX_STAGES || (k > L && !P->tensor))
         return false;
     if (P->tensor && k > 1)
         return try_tensor(P, set, k, p);
@@ -283,7 +283,8 @@ static bool place(const problem *P, placement *p)
         kmin = 2;
     }
     sort_idx(P, order, P->n, by_mem);
-    int kmax = P->n < L ? P->n : L;
+    /* a pipeline stage holds at least one layer; shards hold parts of all */
+    int kmax = P->n < L || P->tensor ? P->n : L;
     if (kmax > PLACEMENT_MAX_STAGES)
         kmax = PLACEMENT_MAX_STAGES;
     for (int k = kmin; k <= kmax; k++) {
@@ -377,7 +378,7 @@ static void advise(problem *P, const placement_opts *o, placement *p)
         say(p, "--min-nodes %d asks for more nodes than the %d up.", kmin, P->n);
         return;
     }
-    if (kmin > L || kmin > PLACEMENT_MAX_STAGES) {
+    if ((kmin > L && !P->tensor) || kmin > PLACEMENT_MAX_STAGES) {
         say(p, "--min-nodes %d is more stages than possible (the model has %d layers; at most %d "
                "stages).", kmin, L, PLACEMENT_MAX_STAGES);
         return;

@@ -11,6 +11,9 @@
 #   error naming the node, and the next request succeeds on the nodes left;
 #   a node asked for a model another node serves forwards the request there,
 #   and a forwarded stream whose serving node is killed ends naming it;
+#   the golden deepseek2 models over 2 and 3 stages and 2, 3 and 4
+#   tensor-parallel shards (experts whole per node) on nodes offering
+#   unequal memory stream one node's greedy text to the openai client;
 #   a model larger than each node's address-space limit (RLIMIT_AS, ~65% of
 #   the model) fails on one node and runs across two, the second node
 #   pulling only its layers' bytes from the first, each node's peak
@@ -272,6 +275,60 @@ else
   echo "skip golden models over a pipeline (no $G)"; skipped=$((skipped+1))
 fi
 for i in 1 2 3 4; do stop_node "$i" 2>/dev/null; done
+
+# ---- DeepSeek (deepseek2 golden models) over 2, 3 and 4 nodes, streamed to
+# the official openai client: layer ranges (3 layers: 2 or 3 stages) and
+# tensor parallel (heads cut or whole, experts whole per node, shared
+# experts cut or on shard 0); nodes offering unequal memory; node 4 without
+# the files pulls its part ----
+G2=${RACIMO_GOLDEN:-../shared/golden}/logits-deepseek2
+# stream_text PORT-HOST NS MODEL PROMPT N: the openai client's streamed text
+stream_text() {
+  ip netns exec "$2" node tests/e2e/stream_text.mjs "http://$1:8080" "$3" "$4" "$5"
+}
+if [ ! -d "$G2" ] || ! ls "$G2"/*.gguf >/dev/null 2>&1; then
+  echo "skip deepseek2 over several nodes (no $G2)"; skipped=$((skipped+1))
+elif ! command -v node >/dev/null || [ ! -d tests/e2e/node_modules/openai ]; then
+  echo "skip deepseek2 over several nodes (the openai npm package: make test-e2e installs it)"
+  skipped=$((skipped+1))
+else
+  for i in 1 2 3 9; do cp "$G2"/*.gguf "$T/n$i/models/"; done
+  declare -A DSREF
+  for f in "$G2"/*.gguf; do
+    m=$(basename "$f" .gguf)
+    DSREF[$m]=$(MODEL=$m complete 10.77.0.9 "$P-n9" "${PROMPTS[2]}" 24)
+  done
+  start_node 1 --pipeline-wire f32
+  start_node 2 --join "$TOKEN" --peer 10.77.0.1 --max-memory 6M
+  start_node 3 --join "$TOKEN" --peer 10.77.0.1 --max-memory 12M
+  start_node 4 --join "$TOKEN" --peer 10.77.0.1 --max-memory 64M
+  wait_for 20 n_up 1 4 || bad "four nodes up again"
+  for cfg in "layers 2" "layers 3" "tensor 2" "tensor 3" "tensor 4"; do
+    set -- $cfg
+    split=$1 k=$2
+    stop_node 1
+    start_node 1 --pipeline-wire f32 --min-nodes "$k" --split "$split"
+    wait_for 20 n_up 1 4
+    same=0 n=0 planned=0
+    for f in "$G2"/*.gguf; do
+      m=$(basename "$f" .gguf)
+      n=$((n+1))
+      got=$(stream_text 10.77.0.1 "$P-n1" "$m" "${PROMPTS[2]}" 24)
+      plan=$(view 1 | jq -c "[.models[] | select(.name == \"$m\") | .plan | .split, (.stages | length)]")
+      [ "$plan" = "[\"$split\",$k]" ] && planned=$((planned+1))
+      if [ "$got" = "${DSREF[$m]}" ]; then same=$((same+1))
+      else echo "  $split $k $m: got $got, want ${DSREF[$m]} (plan $plan)"; fi
+    done
+    if [ "$same" = "$n" ] && [ "$planned" = "$n" ] && [ "${DSREF[deepseek2-BF16]}" != null ]; then
+      ok "deepseek2 golden models over $k nodes ($split): all $n stream one node's greedy text to the openai client"
+    else bad "deepseek2 over $k nodes ($split): $same of $n identical, $planned planned that way"; fi
+  done
+  part="$T/n4/models/deepseek2-BF16.gguf.part"
+  [ -f "$part" ] && ok "node 4, without the deepseek2 files, pulled its part of them" ||
+    echo "  (node 4 was not given a part of deepseek2-BF16 by the placements above)"
+  MODEL=m8
+  for i in 1 2 3 4; do stop_node "$i" 2>/dev/null; done
+fi
 
 # ---- a model larger than one node's memory limit runs on two ----
 MODEL=big
