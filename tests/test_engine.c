@@ -46,9 +46,11 @@ typedef struct {
     engine *e;
 } fixture;
 
+static const char *fixture_preset = "tiny";
+
 static void open_fixture(fixture *f, int n_seq, int n_ctx, int n_batch, int max_queue)
 {
-    const char *path = test_make_model("tiny", TT_Q8_0, NULL);
+    const char *path = test_make_model(fixture_preset, TT_Q8_0, NULL);
     gguf_file *g;
     CHECK_OK(gguf_open(path, &g));
     CHECK_OK(tok_load(g, &f->tok));
@@ -134,8 +136,9 @@ TEST(engine_matches_plain_greedy)
 
 /* Four requests at once, with prompts longer than a batch so prefill and
  * decode rows mix, give each one's own greedy tokens. */
-TEST(engine_concurrent_requests)
+static void concurrent_requests(const char *preset)
 {
+    fixture_preset = preset;
     fixture f;
     open_fixture(&f, 4, 128, 24, 8);
     enum { N = 6 };
@@ -157,11 +160,17 @@ TEST(engine_concurrent_requests)
             FAIL("request %d differs from its solo greedy run", i);
     }
     close_fixture(&f);
+    fixture_preset = "tiny";
 }
 
+TEST(engine_concurrent_requests) { concurrent_requests("tiny"); }
+/* latent attention: the latent cache slots of several sequences */
+TEST(engine_concurrent_requests_deepseek2) { concurrent_requests("tiny-deepseek2"); }
+
 /* A second request that extends the first conversation reuses its cache. */
-TEST(engine_prefix_reuse)
+static void prefix_reuse(const char *preset)
 {
+    fixture_preset = preset;
     fixture f;
     open_fixture(&f, 2, 128, 32, 4);
     int32_t p1[30], p2[60], want[10];
@@ -190,7 +199,12 @@ TEST(engine_prefix_reuse)
     CHECK_INT(c.res.n_cached, ==, 59);
     CHECK(memcmp(c.ids, want, sizeof want) == 0);
     close_fixture(&f);
+    fixture_preset = "tiny";
 }
+
+TEST(engine_prefix_reuse) { prefix_reuse("tiny"); }
+/* a latent cache (keys only: the values are the latent) copied for reuse */
+TEST(engine_prefix_reuse_deepseek2) { prefix_reuse("tiny-deepseek2"); }
 
 TEST(engine_limits_cancel_and_queue)
 {
