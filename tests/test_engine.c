@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "base/rng.h"
 #include "infer/engine.h"
+#include "infer/exec.h"
 #include "tensor/types.h"
 
 typedef struct {
@@ -308,3 +309,177 @@ TEST(engine_text_tokens)
     CHECK_STR(c.text, "<|start_header_id|><|start_header_id|><|start_header_id|>");
     close_fixture(&f);
 }
+
+/* ---- surviving a fault: the executor breaks, the engine rebuilds ---- */
+
+/* An executor over a local stage that loses the batch of its n-th result
+ * and then says it is broken, as a pipeline that lost a node does. */
+typedef struct {
+    engine_exec base;
+    engine_exec *inner;
+    int results_left;          /* results until the fault; < 0: never */
+    bool broken;
+} flaky_exec;
+
+static int flaky_submit(engine_exec *x, const exec_batch *b)
+{
+    flaky_exec *f = (flaky_exec *)x;
+    if (f->broken)
+        return rc_fail(RC_EIO, "node flaky is down");
+    return f->inner->submit(f->inner, b);
+}
+
+static int flaky_collect(engine_exec *x, int timeout_ms, int *group, const exec_sampled **rows,
+                         int *n)
+{
+    flaky_exec *f = (flaky_exec *)x;
+    int rc = f->inner->collect(f->inner, timeout_ms, group, rows, n);
+    if (rc == 1 && f->results_left >= 0 && f->results_left-- == 0) {
+        f->broken = true;
+        return rc_fail(RC_EIO, "node flaky, which ran stage 1, is down");
+    }
+    return rc;
+}
+
+static void flaky_wake(engine_exec *x) { ((flaky_exec *)x)->inner->wake(((flaky_exec *)x)->inner); }
+static bool flaky_broken(engine_exec *x) { return ((flaky_exec *)x)->broken; }
+static void flaky_free(engine_exec *x)
+{
+    flaky_exec *f = (flaky_exec *)x;
+    f->inner->free(f->inner);
+    free(f);
+}
+
+static engine_exec *flaky_new(stage *st, int n_seq, int fault_after)
+{
+    flaky_exec *f = calloc(1, sizeof *f);
+    CHECK_OK(exec_local_new(st, n_seq, &f->inner));
+    f->base = (engine_exec){ .n_groups = 1, .submit = flaky_submit, .collect = flaky_collect,
+                             .wake = flaky_wake, .broken = flaky_broken, .free = flaky_free };
+    f->results_left = fault_after;
+    return &f->base;
+}
+
+typedef struct {
+    const model *m;
+    stage *stages[4];
+    int n_stages, n_seq;
+    int faults_left;           /* the rebuilt executors fault again this many times */
+    int fault_after;
+    bool refuse;               /* the survivors cannot hold the model */
+    int calls;
+} rebuilder;
+
+static int rebuild(void *ud, const char *why, struct engine_exec **out)
+{
+    rebuilder *rb = ud;
+    rb->calls++;
+    CHECK(strstr(why, "flaky") != NULL);
+    if (rb->refuse)
+        return rc_fail(RC_ENOMEM, "the nodes left offer 1 GiB, the model needs 2 GiB");
+    stage_params sp = { .n_ctx = 128, .n_seq = rb->n_seq, .n_batch = 24, .n_threads = 2,
+                        .precision = MATMUL_FAST };
+    stage *st;
+    CHECK_OK(stage_new(rb->m, &sp, &st));   /* empty caches: a new plan */
+    rb->stages[rb->n_stages++] = st;
+    *out = flaky_new(st, rb->n_seq, rb->faults_left-- > 0 ? rb->fault_after : -1);
+    return 0;
+}
+
+/* Requests (greedy, and sampled with a seed and penalties) run on an
+ * engine whose executor faults after `fault_after` results; n_faults
+ * times, each rebuilt.  Returns the tokens in c. */
+static void run_with_faults(const model *m, const tokenizer *tok, int fault_after, int n_faults,
+                            bool refuse, collect *c, int n_req, rebuilder *rb)
+{
+    enum { N_SEQ = 3 };
+    memset(rb, 0, sizeof *rb);
+    rb->m = m;
+    rb->n_seq = N_SEQ;
+    rb->fault_after = fault_after;
+    rb->faults_left = n_faults - 1;
+    rb->refuse = refuse;
+    stage_params sp = { .n_ctx = 128, .n_seq = N_SEQ, .n_batch = 24, .n_threads = 2,
+                        .precision = MATMUL_FAST };
+    CHECK_OK(stage_new(m, &sp, &rb->stages[rb->n_stages++]));
+    engine_params ep = { .n_ctx = 128, .n_seq = N_SEQ, .n_batch = 24, .n_threads = 2,
+                         .max_queue = 8, .precision = MATMUL_FAST };
+    engine *e;
+    CHECK_OK(engine_new_exec(flaky_new(rb->stages[0], N_SEQ, n_faults > 0 ? fault_after : -1),
+                             tok, m->hp.n_vocab, &ep, &e));
+    engine_set_rebuild(e, rebuild, rb);
+    static int32_t prompts[8][40];
+    gen_request r[8];
+    for (int i = 0; i < n_req; i++) {
+        random_prompt(prompts[i], 10 + 7 * i, 500 + i);
+        greedy_request(&r[i], &c[i], prompts[i], 10 + 7 * i, 30);
+        if (i % 2) {             /* sampled: seed, top-k, penalties */
+            r[i].sampling.temperature = 0.9f;
+            r[i].sampling.top_k = 40;
+            r[i].sampling.seed = 1234 + (uint64_t)i;
+            r[i].sampling.presence_penalty = 0.5f;
+            r[i].sampling.repeat_penalty = 1.1f;
+        }
+        CHECK_OK(engine_submit(e, &r[i]));
+    }
+    CHECK_OK(engine_run_until_idle(e));
+    engine_stats st;
+    engine_get_stats(e, &st);
+    if (!refuse && n_faults > 0) {
+        CHECK_INT(st.n_recoveries, ==, n_faults);
+        CHECK(st.tokens_replayed > 0 && st.last_recovery_seqs >= 1);
+        CHECK(strstr(st.last_recovery_why, "flaky") != NULL);
+        CHECK(!engine_broken(e));
+    }
+    if (refuse) {
+        CHECK_INT(st.n_recoveries_failed, ==, 1);
+        CHECK(engine_broken(e));
+    }
+    engine_free(e);
+    for (int i = 0; i < rb->n_stages; i++)
+        stage_free(rb->stages[i]);
+}
+
+/* A fault in the middle of generation (after 5 and again after 11
+ * results: prompts, first tokens and decodes in flight) changes no token
+ * of any request, greedy or sampled with a seed; a rebuild that cannot be
+ * done ends the requests with the reason, nothing hangs. */
+static void rebuild_same_tokens(const char *preset)
+{
+    fixture_preset = preset;
+    fixture f;
+    open_fixture(&f, 1, 128, 16, 4);
+    enum { N = 5 };
+    collect want[N], got[N];
+    rebuilder rb;
+    run_with_faults(f.m, f.tok, -1, 0, false, want, N, &rb);
+    for (int i = 0; i < N; i++) {
+        CHECK_INT(want[i].res.finish, ==, GEN_LENGTH);
+        CHECK_INT(want[i].n_ids, ==, 30);
+    }
+    static const int after[] = { 0, 5, 11, 40 };
+    for (size_t a = 0; a < sizeof after / sizeof after[0]; a++) {
+        run_with_faults(f.m, f.tok, after[a], a == 2 ? 2 : 1, false, got, N, &rb);
+        CHECK_INT(rb.calls, ==, a == 2 ? 2 : 1);
+        for (int i = 0; i < N; i++) {
+            CHECK_INT(got[i].res.finish, ==, GEN_LENGTH);
+            CHECK_INT(got[i].n_ids, ==, 30);
+            if (memcmp(got[i].ids, want[i].ids, sizeof(int32_t) * 30) ||
+                got[i].n_text != want[i].n_text || memcmp(got[i].text, want[i].text, want[i].n_text))
+                FAIL("fault after %d results: request %d (%s) differs from the run without it",
+                     after[a], i, i % 2 ? "sampled" : "greedy");
+            CHECK(i % 2 == 0 || got[i].res.seed == want[i].res.seed);
+        }
+    }
+    run_with_faults(f.m, f.tok, 5, 1, true, got, N, &rb);
+    for (int i = 0; i < N; i++) {
+        CHECK_INT(got[i].done, ==, 1);
+        CHECK_INT(got[i].res.finish, ==, GEN_ERROR);
+        CHECK(strstr(got[i].res.error, "flaky") && strstr(got[i].res.error, "2 GiB"));
+    }
+    close_fixture(&f);
+    fixture_preset = "tiny";
+}
+
+TEST(engine_rebuild_same_tokens) { rebuild_same_tokens("tiny"); }
+TEST(engine_rebuild_same_tokens_deepseek2) { rebuild_same_tokens("tiny-deepseek2"); }

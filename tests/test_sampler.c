@@ -1128,3 +1128,43 @@ TEST(sampler_best_rebuilds_the_draw)
         sampler_free(parts);
     }
 }
+
+/* A sampler made again with the same seed and prompt, having replayed the
+ * tokens the first one sampled, samples what the first samples next (the
+ * engine's rebuild after a fault): random stream and penalties alike. */
+TEST(sampler_replay_continues_the_stream)
+{
+    enum { V = 64, N = 24, CUT = 11 };
+    sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = 0.8f;
+    p.top_k = 20;
+    p.seed = 99;
+    p.presence_penalty = 0.7f;
+    p.frequency_penalty = 0.2f;
+    p.repeat_penalty = 1.2f;
+    const int32_t prompt[] = { 3, 5, 7, 5 };
+    sampler *a, *b;
+    CHECK_OK(sampler_new(&p, V, &a));
+    sampler_accept_prompt(a, prompt, 4);
+    float logits[V];
+    int32_t got[N];
+    for (int k = 0; k < N; k++) {
+        for (int i = 0; i < V; i++)
+            logits[i] = (float)((i * 37 + k * 11) % 29) * 0.1f;
+        got[k] = sampler_sample(a, logits);
+        sampler_accept(a, got[k]);
+    }
+    CHECK_OK(sampler_new(&p, V, &b));
+    sampler_accept_prompt(b, prompt, 4);
+    sampler_replay(b, got, CUT);
+    for (int k = CUT; k < N; k++) {
+        for (int i = 0; i < V; i++)
+            logits[i] = (float)((i * 37 + k * 11) % 29) * 0.1f;
+        int32_t t = sampler_sample(b, logits);
+        CHECK_INT(t, ==, got[k]);
+        sampler_accept(b, t);
+    }
+    sampler_free(a);
+    sampler_free(b);
+}

@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_LOGPROBS EXEC_MAX_TOP
 /* how long a step waits for an executor's result before looking at the
@@ -40,7 +41,12 @@ typedef struct {
     gen_request *req;
     int32_t *tokens;         /* [n_ctx] tokens whose K/V the cache holds */
     int n_tokens;
-    int n_fed;               /* prompt tokens evaluated (cached ones included) */
+    /* What to evaluate before the next sample: the prompt, or after a
+     * rebuild the prompt and the tokens generated so far (in `replay`). */
+    const int32_t *feed;
+    int n_feed;
+    int n_fed;               /* of feed, evaluated (cached ones included) */
+    int32_t *replay;         /* [n_ctx] */
     int32_t pending;         /* sampled token still to evaluate, or -1 */
     uint32_t epoch;          /* bumped when a request takes the slot */
     bool need_start;         /* the executor has not been told of this request */
@@ -67,6 +73,10 @@ struct engine {
     engine_params p;
     stage *st;               /* local executor's stage, or NULL */
     engine_exec *x;
+    engine_rebuild_fn rebuild;
+    void *rebuild_ud;
+    bool dead;               /* a rebuild failed: broken for good */
+    char dead_why[256];
     group *groups;
     slot *slots;
     /* the batch being built */
@@ -110,12 +120,24 @@ static int engine_init(engine *e, const tokenizer *tok, int n_vocab, const engin
     for (int i = 0; i < p->n_seq; i++) {
         e->slots[i].id = i;
         e->slots[i].pending = -1;
-        if (!(e->slots[i].tokens = rc_calloc((size_t)p->n_ctx, sizeof(int32_t))))
+        if (!(e->slots[i].tokens = rc_calloc((size_t)p->n_ctx, sizeof(int32_t))) ||
+            !(e->slots[i].replay = rc_calloc((size_t)p->n_ctx, sizeof(int32_t))))
             return rc_fail(RC_ENOMEM, "out of memory for the engine's slots");
     }
     e->stats.n_slots = p->n_seq;
     e->stats.kv_total = p->n_ctx * p->n_seq;
     return 0;
+}
+
+static void free_groups(engine *e)
+{
+    if (e->groups && e->x)
+        for (int g = 0; g < e->x->n_groups; g++) {
+            rc_free(e->groups[g].out_slot);
+            rc_free(e->groups[g].out_epoch);
+        }
+    rc_free(e->groups);
+    e->groups = NULL;
 }
 
 static int engine_groups(engine *e)
@@ -197,18 +219,14 @@ void engine_free(engine *e)
             if (e->slots[i].req)
                 finish(e, &e->slots[i], GEN_CANCELLED, NULL);
             rc_free(e->slots[i].tokens);
+            rc_free(e->slots[i].replay);
         }
     for (gen_request *r = e->queue_head, *next; r; r = next) {
         next = r->next;
         gen_result res = { .finish = GEN_CANCELLED, .n_prompt = r->n_prompt };
         r->on_done(r, &res);
     }
-    if (e->groups && e->x)
-        for (int g = 0; g < e->x->n_groups; g++) {
-            rc_free(e->groups[g].out_slot);
-            rc_free(e->groups[g].out_epoch);
-        }
-    rc_free(e->groups);
+    free_groups(e);
     if (e->x)
         e->x->free(e->x);
     stage_free(e->st);
@@ -262,7 +280,13 @@ void engine_wake(engine *e)
 
 bool engine_broken(engine *e)
 {
-    return e->x->broken && e->x->broken(e->x);
+    return e->dead || (!e->rebuild && e->x->broken && e->x->broken(e->x));
+}
+
+void engine_set_rebuild(engine *e, engine_rebuild_fn fn, void *ud)
+{
+    e->rebuild = fn;
+    e->rebuild_ud = ud;
 }
 
 static void emit(slot *s, const char *text, size_t len)
@@ -362,6 +386,8 @@ static void admit(engine *e)
          * its logits give the first generated token. */
         int keep = best_len < r->n_prompt ? best_len : r->n_prompt - 1;
         best->n_tokens = keep;
+        best->feed = r->prompt;
+        best->n_feed = r->n_prompt;
         best->n_fed = keep;
         best->pending = -1;
         best->req = r;
@@ -429,11 +455,96 @@ static int accept_token(engine *e, slot *s, const exec_sampled *x)
     return 0;
 }
 
+/* After a fault: every running request evaluates again its prompt and
+ * what it has generated (the client has all of that already), on the new
+ * executor, with a sampler made again as it was.  Results of the old
+ * executor still on their way are dropped (new epochs). */
+static int recover(engine *e, const char *why)
+{
+    uint64_t t0 = os_now_ns();
+    int n_seqs = 0;
+    uint64_t replayed = 0;
+    rc_log(LOG_WARN, "engine: %s; rebuilding the running requests on a new plan", why);
+    engine_exec *x = NULL;
+    char reason[200];
+    snprintf(reason, sizeof reason, "%s", why);
+    int rc = e->rebuild(e->rebuild_ud, reason, &x);
+    if (rc) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s; and it cannot be rebuilt: %s", reason, rc_errmsg());
+        pthread_mutex_lock(&e->mu);
+        e->stats.n_recoveries_failed++;
+        pthread_mutex_unlock(&e->mu);
+        e->dead = true;
+        snprintf(e->dead_why, sizeof e->dead_why, "%s", msg);
+        for (int i = 0; i < e->p.n_seq; i++) {
+            slot *s = &e->slots[i];
+            s->n_tokens = 0;
+            s->epoch++;
+            if (s->req)
+                finish(e, s, GEN_ERROR, msg);
+        }
+        return rc_fail(RC_EIO, "%s", msg);
+    }
+    free_groups(e);
+    e->x->free(e->x);
+    e->x = x;
+    if ((rc = engine_groups(e))) {
+        e->dead = true;
+        return rc;
+    }
+    for (int i = 0; i < e->p.n_seq; i++) {
+        slot *s = &e->slots[i];
+        s->epoch++;
+        if (!s->req) {
+            s->n_tokens = 0;             /* the new plan's caches are empty */
+            continue;
+        }
+        /* the prompt, then what was generated: fed already, or sampled and
+         * not fed yet (pending) */
+        const gen_request *r = s->req;
+        int n = 0;
+        for (int k = 0; k < r->n_prompt; k++)
+            s->replay[n++] = r->prompt[k];
+        for (int k = r->n_prompt; k < s->n_tokens; k++)
+            s->replay[n++] = s->tokens[k];
+        if (s->pending >= 0 && s->n_fed >= s->n_feed)
+            s->replay[n++] = s->pending;
+        s->feed = s->replay;
+        s->n_feed = n;
+        s->n_fed = 0;
+        s->n_tokens = 0;
+        s->pending = -1;
+        s->need_start = true;
+        n_seqs++;
+        replayed += (uint64_t)n;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->stats.n_recoveries++;
+    e->stats.tokens_replayed += replayed;
+    e->stats.last_recovery_at = (double)time(NULL);
+    e->stats.last_recovery_s = (double)(os_now_ns() - t0) * 1e-9;
+    e->stats.last_recovery_seqs = n_seqs;
+    snprintf(e->stats.last_recovery_why, sizeof e->stats.last_recovery_why, "%s", reason);
+    pthread_mutex_unlock(&e->mu);
+    rc_log(LOG_INFO, "engine: rebuilt %d running request%s (%llu tokens to evaluate again) in "
+           "%.1f s", n_seqs, n_seqs == 1 ? "" : "s", (unsigned long long)replayed,
+           (double)(os_now_ns() - t0) * 1e-9);
+    return 0;
+}
+
 /* Fails every request of a group whose batch was lost: what the stages
- * hold for them is unknown, so their caches are forgotten too. */
+ * hold for them is unknown, so their caches are forgotten too.  When the
+ * executor broke and can be rebuilt, every request is rebuilt instead. */
 static void fail_group(engine *e, int g, const char *why)
 {
-    char msg[256];
+    if (e->rebuild && !e->dead && e->x->broken && e->x->broken(e->x)) {
+        recover(e, why);
+        return;
+    }
+    if (e->dead)
+        why = e->dead_why;
+    char msg[300];
     snprintf(msg, sizeof msg, "forward pass failed: %s", why);
     rc_log(LOG_ERROR, "%s", msg);
     for (int i = g; i < e->p.n_seq; i += e->x->n_groups) {
@@ -473,7 +584,7 @@ static int submit_group(engine *e, int g)
     }
     for (int i = g; i < e->p.n_seq && n < B; i += G) {
         slot *s = &e->slots[i];
-        if (!s->req || s->n_fed >= s->req->n_prompt)
+        if (!s->req || s->n_fed >= s->n_feed)
             continue;
         if (s->need_start) {
             gen_request *r = s->req;
@@ -484,20 +595,22 @@ static int submit_group(engine *e, int g)
             st->sp.seed = s->seed;
             st->prompt = r->prompt;
             st->n_prompt = r->n_prompt;
+            st->generated = s->feed + r->n_prompt;
+            st->n_generated = s->n_feed - r->n_prompt;
             st->n_logprobs = r->n_logprobs;
             s->need_start = false;
         }
-        int chunk = s->req->n_prompt - s->n_fed;
+        int chunk = s->n_feed - s->n_fed;
         if (chunk > B - n)
             chunk = B - n;
         for (int k = 0; k < chunk; k++) {
-            int32_t t = s->req->prompt[s->n_fed];
+            int32_t t = s->feed[s->n_fed];
             e->b_tok[n] = t;
             e->b_pos[n] = s->n_tokens;
             e->b_seq[n] = s->id;
             s->tokens[s->n_tokens++] = t;
             s->n_fed++;
-            e->b_want[n] = s->n_fed == s->req->n_prompt;
+            e->b_want[n] = s->n_fed == s->n_feed;
             if (e->b_want[n]) {
                 gr->out_slot[gr->n_out] = s->id;
                 gr->out_epoch[gr->n_out++] = s->epoch;
@@ -552,7 +665,6 @@ static int take_result(engine *e, int timeout_ms)
 
 int engine_step(engine *e)
 {
-    const int G = e->x->n_groups;
     /* Cancelled requests end here, before any more work is spent on them,
      * and before admitting, so their slots go to waiting requests now. */
     for (int i = 0; i < e->p.n_seq; i++) {
@@ -561,11 +673,12 @@ int engine_step(engine *e)
             finish(e, s, GEN_CANCELLED, NULL);
     }
     admit(e);
+    /* (a rebuild may change the executor and its number of groups) */
     int sent = 0, flying = 0;
-    for (int g = 0; g < G; g++)
+    for (int g = 0; g < e->x->n_groups; g++)
         if (!e->groups[g].in_flight)
             sent += submit_group(e, g);
-    for (int g = 0; g < G; g++)
+    for (int g = 0; g < e->x->n_groups; g++)
         flying += e->groups[g].in_flight;
     if (!sent && !flying)
         return 0;

@@ -96,13 +96,13 @@ typedef struct {
 } engine_params;
 
 typedef struct engine engine;
+struct engine_exec;
 
 /* Builds an engine over a whole model (first == 0, last == n_layer) and its
  * tokenizer; both must outlive it. */
 int  engine_new(const model *m, const tokenizer *tok, const engine_params *p, engine **out);
 /* Builds an engine over an executor (exec.h; a pipeline across nodes), of
  * which it takes ownership (also on failure). */
-struct engine_exec;
 int  engine_new_exec(struct engine_exec *x, const tokenizer *tok, int n_vocab,
                      const engine_params *p, engine **out);
 void engine_free(engine *e);                     /* accepts NULL; pending
@@ -123,9 +123,23 @@ int engine_step(engine *e);
  * the cancel flags now (any thread). */
 void engine_wake(engine *e);
 
-/* Whether the executor broke for good (a pipeline lost a stage's node):
- * the model must be placed again.  Any thread. */
+/* Whether the executor broke for good (a pipeline lost a stage's node)
+ * and could not be rebuilt: the model must be placed again.  Any thread. */
 bool engine_broken(engine *e);
+
+/* Surviving a fault.  When the executor breaks with requests running, the
+ * engine calls `rebuild` on its own thread (it may take long: a new plan,
+ * weights to load); on success *out is a new executor for the same model
+ * (another plan, maybe another number of groups) and every running request
+ * is rebuilt on it: its prompt and the tokens it has generated so far are
+ * evaluated again (batched like a prompt) and its sampler is made again
+ * with the same seed, having seen those tokens and drawn as many times, so
+ * the next tokens are the ones it would have got without the fault.  The
+ * requests see only a pause.  A failing rebuild (the detail says why) ends
+ * them with that error, and the engine is broken.  Without a rebuild
+ * function a fault ends the running requests with an error. */
+typedef int (*engine_rebuild_fn)(void *ud, const char *why, struct engine_exec **out);
+void engine_set_rebuild(engine *e, engine_rebuild_fn fn, void *ud);
 
 /* Runs steps until no request is queued or active (for the CLI). */
 int engine_run_until_idle(engine *e);
@@ -135,6 +149,13 @@ typedef struct {
     int n_active, n_queued, n_slots;
     uint64_t tokens_prompt, tokens_gen, tokens_cached;
     int kv_used, kv_total;     /* positions in use / available */
+    /* recoveries (engine_set_rebuild): how many, and the last one */
+    int n_recoveries, n_recoveries_failed;
+    uint64_t tokens_replayed;  /* evaluated again by all recoveries */
+    double last_recovery_at;   /* unix seconds; 0: none */
+    double last_recovery_s;    /* fault to the new executor's first batch */
+    int last_recovery_seqs;    /* sequences rebuilt */
+    char last_recovery_why[200];
 } engine_stats;
 void engine_get_stats(engine *e, engine_stats *st);
 

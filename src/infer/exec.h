@@ -27,13 +27,17 @@
 
 /* A sequence slot starts a new request: positions >= keep are forgotten
  * at every stage, and the last stage makes a sampler that has seen the
- * prompt (for the penalties). */
+ * prompt (for the penalties).  A request rebuilt after a fault (engine.h)
+ * also brings the tokens it had generated: the sampler counts them as
+ * generated and moves its random stream past the draws that chose them. */
 typedef struct {
     int seq;
     int keep;
     sampler_params sp;          /* seed already resolved (never 0) */
     const int32_t *prompt;
     int n_prompt;
+    const int32_t *generated;   /* n_generated tokens (rebuild), or NULL */
+    int n_generated;
     int n_logprobs;             /* 0..EXEC_MAX_TOP */
 } exec_start;
 

@@ -48,6 +48,8 @@ int sample_set_start(sample_set *s, const exec_start *st)
     if (rc)
         return rc;
     sampler_accept_prompt(smp, st->prompt, st->n_prompt);
+    if (st->n_generated > 0)
+        sampler_replay(smp, st->generated, st->n_generated);
     sampler_free(s->smp[st->seq]);
     s->smp[st->seq] = smp;
     s->n_logprobs[st->seq] = st->n_logprobs;

@@ -210,6 +210,15 @@ void sampler_accept(sampler *s, int32_t token)
     count_inc(&s->gen_count[token]);
 }
 
+void sampler_replay(sampler *s, const int32_t *tokens, int n_tokens)
+{
+    for (int i = 0; i < n_tokens; i++) {
+        if (s->p.temperature > 0.0f)
+            (void)rng_uniform(&s->rng);
+        sampler_accept(s, tokens[i]);
+    }
+}
+
 void sampler_reset(sampler *s)
 {
     memset(s->win_count, 0, (size_t)s->n_vocab * sizeof(int32_t));

@@ -81,6 +81,12 @@ void sampler_accept_prompt(sampler *s, const int32_t *tokens, int n_tokens);
  * vocabulary are ignored. */
 void sampler_accept(sampler *s, int32_t token);
 
+/* The state after having sampled `tokens` in turn: each accepted, and the
+ * random stream moved past the one draw each cost (none when greedy).  A
+ * sampler made again with the same seed, the same prompt and this replay
+ * goes on as the first one would have. */
+void sampler_replay(sampler *s, const int32_t *tokens, int n_tokens);
+
 /* Forgets both histories and restarts the generator from the seed, so a
  * reset sampler repeats its earlier choices given the same logits. */
 void sampler_reset(sampler *s);
