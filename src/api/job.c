@@ -762,11 +762,12 @@ void job_tick(api_server *s)
                 finish_job(j);
             }
         }
-        if (j->waiting_load && j->started && !j->finished &&
-            os_now_ns() - j->t_keepalive_ns > KEEPALIVE_NS) {
-            http_stream_raw(j, ": loading the model\n\n");
-            j->t_keepalive_ns = os_now_ns();
-        }
+        /* SSE comments keep a quiet OpenAI stream open: while the model
+         * loads, and while its instance is rebuilt after a node was lost
+         * (the engine pauses the stream, it never ends it) */
+        if (j->started && !j->finished && j->ar.stream && !srv_is_ollama_path(j->path) &&
+            os_now_ns() - j->t_keepalive_ns > KEEPALIVE_NS)
+            http_stream_raw(j, j->waiting_load ? ": loading the model\n\n" : ": keep-alive\n\n");
         reap(j);
     }
 }

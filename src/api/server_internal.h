@@ -117,7 +117,7 @@ struct api_job {
     api_job *ready_next;
     /* event-loop state */
     bool waiting_load, submitted, engine_done, started, finished;
-    uint64_t t_keepalive_ns;        /* last SSE comment sent while the model loads */
+    uint64_t t_keepalive_ns;        /* last bytes sent on the stream (keep-alives after 3 s) */
     strbuf text;                    /* the content so far (the whole answer without thinking) */
     size_t sent;                    /* bytes of text sent as content */
     strbuf reason;                  /* the reasoning so far */

@@ -2,6 +2,7 @@
  * lines.  Every function runs on the event-loop thread and accepts a job
  * whose client is gone (the bytes are dropped). */
 #include "server_internal.h"
+#include "base/os.h"
 #include "base/mem.h"
 
 #include <errno.h>
@@ -107,6 +108,7 @@ void http_stream_raw(api_job *j, const char *text)
     evbuffer_add(b, text, strlen(text));
     evhttp_send_reply_chunk(j->req, b);
     evbuffer_free(b);
+    j->t_keepalive_ns = os_now_ns();
 }
 
 static void stream_json(api_job *j, json_t *o, const char *before, const char *after)
@@ -122,6 +124,7 @@ static void stream_json(api_job *j, json_t *o, const char *before, const char *a
         evbuffer_add_printf(b, "%s%s%s", before, text, after);
         evhttp_send_reply_chunk(j->req, b);
         evbuffer_free(b);
+        j->t_keepalive_ns = os_now_ns();
     }
     free(text);
 }

@@ -95,4 +95,9 @@ void sample_set_accept(sample_set *s, int seq, int32_t token);
  * outlive it). */
 int exec_local_new(stage *st, int n_seq, engine_exec **out);
 
+/* The same over a whole model of its own: builds the stage, and frees both
+ * with the executor (also on failure).  For an instance rebuilt on this node
+ * alone after the nodes it ran on were lost. */
+int exec_local_new_owned(model *m, const stage_params *sp, engine_exec **out);
+
 #endif

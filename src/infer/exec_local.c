@@ -12,6 +12,8 @@ typedef struct {
     exec_sampled *out;        /* [n_seq] */
     int n_out, group;
     int ready;                /* 1 result, -1 failure, 0 none */
+    model *own_m;             /* exec_local_new_owned: freed with the executor */
+    stage *own_st;
 } exec_local;
 
 static int local_submit(engine_exec *x, const exec_batch *b)
@@ -69,6 +71,8 @@ static void local_free(engine_exec *x)
     sample_set_free(l->ss);
     rc_free(l->logits);
     rc_free(l->out);
+    stage_free(l->own_st);
+    model_free(l->own_m);
     rc_free(l);
 }
 
@@ -90,5 +94,23 @@ int exec_local_new(stage *st, int n_seq, engine_exec **out)
         return rc ? rc : rc_fail(RC_ENOMEM, "out of memory for the executor");
     }
     *out = &l->x;
+    return 0;
+}
+
+int exec_local_new_owned(model *m, const stage_params *sp, engine_exec **out)
+{
+    stage *st = NULL;
+    *out = NULL;
+    int rc = stage_new(m, sp, &st);
+    if (!rc)
+        rc = exec_local_new(st, sp->n_seq, out);
+    if (rc) {
+        stage_free(st);
+        model_free(m);
+        return rc;
+    }
+    exec_local *l = (exec_local *)*out;
+    l->own_m = m;
+    l->own_st = st;
     return 0;
 }
