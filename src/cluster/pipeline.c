@@ -1,41 +1,22 @@
 /* pipeline.c - stages of one model on several nodes.
  *
- * Layout: message encoding; the stage side (set-up, a worker thread per
- * stage, batches); the head side (the executor the engine drives); the
- * handler that routes messages from the cluster thread.
- *
- * Ordering: a group's batch goes head -> stage 0 -> ... -> last -> head on
- * links that each keep order, and the head sends a group's next batch only
- * after its result came back, so sequence starts (cache truncation, new
- * samplers) that ride in a batch reach every stage before that group's
- * next rows.  Messages to this node itself skip the network but take the
- * same path through the handler.
- *
  * Tensor parallel (spec.tensor): the stages are shards of every layer.  The
  * head sends each batch to all of them; inside the forward pass every
  * shard sends its part of each sub-block's output to every other shard and
  * waits for theirs (PIPE_PARTIAL, in order per link, numbered), and all add
  * the parts in shard order, so all go on with the same numbers; at the end
  * shards 1.. send their columns of the logits to shard 0, which samples and
- * answers the head.
- *
- * Threads: the handler runs on the cluster thread (or the sender's, for
- * messages to self) and only queues; stage work runs on each stage's
- * worker; the head's executor runs on the engine thread.  `mu` guards the
- * lists, the queues and the head's results.
+ * answers the head.  (pipeline_internal.h: ordering, threads, the files.)
  */
-#include "pipeline.h"
+#include "pipeline_internal.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/os.h"
-#include "channel.h"
 #include "infer/stage.h"
 #include "model/model.h"
 #include "tensor/fp16.h"
 #include "tensor/types.h"
-#include "weights.h"
-#include "wire.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -45,173 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-enum {
-    PIPE_SETUP  = 0x40,   /* head -> stage: JSON set-up */
-    PIPE_READY  = 0x41,   /* stage -> head: JSON, loaded or failed */
-    PIPE_BATCH  = 0x42,   /* head -> first stage, stage -> next: rows (+ hidden) */
-    PIPE_RESULT = 0x43,   /* last stage (or a failing stage) -> head */
-    PIPE_STOP   = 0x44,   /* head -> stage: u32 instance */
-    PIPE_PARTIAL = 0x45,  /* shard -> shard: a part of a sum, or of the logits */
-    PIPE_BIND   = 0x46,   /* shard -> shard: opens a data channel, or says there is none */
-};
-#define BIND_LEN (WIRE_ID_BYTES + 4 * 4)
-enum { BIND_CHANNEL = 0, BIND_NONE = 1 };
-#define CHANNEL_DIAL_MS 5000
-enum { PART_SUM = 0, PART_LOGITS = 1, PART_CANDS = 2 };
-#define CANDS_DENSE 0xffffffffu   /* a PART_CANDS row sent whole */
-#define CANDS_MAX 1024            /* top_k above this: the row is sent whole */
-#define PARTIAL_HDR (WIRE_ID_BYTES + 4 * 4 + 8)
-#define PARTIAL_WAIT_MS 60000     /* a shard's peer this late is taken as lost */
-enum { ENC_NONE = 0, ENC_F16 = 1, ENC_F32 = 2 };
-#define BATCH_HDR (WIRE_ID_BYTES + 5 * 4)
-#define MAX_BIAS_WIRE 1000000
-/* The revision of how shards cut a model (model_shard_plan): 2 since
- * protocol 1.3 (experts whole per shard, heads uncut where the attention
- * output's blocks forbid it); a 1.2 head sends none (0) and cut MoE
- * experts by units, so its shards would not add up with ours. */
-#define SHARD_CUT 2
-
-typedef struct msg {
-    struct msg *next;
-    size_t len;
-    uint8_t data[];
-} msg;
-
-typedef struct stage_inst {
-    struct stage_inst *next;
-    pipeline *p;
-    char head[33];
-    uint8_t head_raw[WIRE_ID_BYTES];
-    uint32_t inst;
-    int index, n_stages;
-    char model_name[256];
-    char next_node[33];
-    int first, last, n_ctx, n_seq, n_batch, n_threads, n_embd_want;
-    bool wire_f32;
-    int cut;                  /* SHARD_CUT of the head's set-up (tensor parallel) */
-    model *m;
-    stage *st;
-    sample_set *ss;
-    float *in, *out;
-    uint8_t *wbuf;
-    size_t wcap;
-    msg *q_head, *q_tail;
-    bool stop, done;
-    pthread_cond_t cv;
-    pthread_t thread;
-    uint64_t batches;
-    uint64_t last_progress_ns;
-    /* tensor-parallel shards (n_ranks > 1) */
-    int rank, n_ranks;
-    char peers[PIPELINE_MAX_STAGES][33];
-    msg *pq_head[PIPELINE_MAX_STAGES], *pq_tail[PIPELINE_MAX_STAGES];
-    uint64_t n_parts;         /* partials sent so far (each shard counts the same) */
-    uint64_t wait_ns;         /* time spent waiting for the others' parts */
-    uint64_t forward_ns;      /* time in forward passes (waits included) */
-    uint64_t run_ns;          /* time running batch messages (forward, sampling, sends) */
-    bool peer_down;
-    char peer_why[160];
-    float *parts;             /* [n_ranks][n_batch][n_embd] the others' parts */
-    uint8_t *pbuf;
-    size_t plen, pcap;
-    /* parts to and from shard q travel on chan[q] (channel.h) when set;
-     * through the cluster link when chan_none[q] (or q runs on this node) */
-    cluster_chan *chan[PIPELINE_MAX_STAGES];
-    bool chan_none[PIPELINE_MAX_STAGES];
-    /* shards 1..: copies of shard 0's samplers; a slot sampled in the last
-     * batch takes its token from its next row */
-    bool *unseen;             /* [n_seq] */
-    float *raw;               /* [shard's n_vocab] logits before bias and penalties */
-    sampler_cand *heap;       /* [CANDS_MAX] */
-    int32_t *best;            /* [CANDS_MAX] */
-} stage_inst;
-
-typedef struct {
-    bool sent, ready;
-    int status;               /* 0 or a negative code */
-    char error[256];
-    int n;
-    exec_sampled *rows;       /* [n_seq] */
-} head_group;
-
-typedef struct head_exec {
-    engine_exec x;
-    struct head_exec *next;
-    pipeline *p;
-    uint32_t inst;
-    pipeline_spec spec;
-    int n_ready;
-    bool stage_ok[PIPELINE_MAX_STAGES];
-    char stage_err[256];
-    bool broken, woken;
-    char broken_why[256];
-    head_group *groups;
-    pthread_cond_t cv;
-    uint8_t *buf;
-    size_t cap;
-    uint64_t batches;
-} head_exec;
-
-struct pipeline {
-    struct cluster *c;
-    bool closed;              /* stopping: messages are dropped */
-    weights *w;               /* pulls a stage's weights it lacks (may be NULL) */
-    int n_threads;            /* for stages this node runs (0: its cores) */
-    char self[33];
-    pthread_mutex_t mu;
-    stage_inst *stages;
-    head_exec *execs;
-    uint32_t next_inst;
-    _Atomic uint64_t bytes_out, msgs_out;
-    struct pend_chan *pend;   /* channels (or their refusals) for shards not set up yet */
-};
-
-/* A PIPE_BIND that came before the set-up of the shard it is for. */
-typedef struct pend_chan {
-    struct pend_chan *next;
-    char from[33], head[33];
-    uint32_t inst;
-    int from_rank, to_rank;
-    cluster_chan *ch;         /* NULL: the sender has no channel for this pair */
-    uint64_t t_ns;
-} pend_chan;
-
 /* ---- encoding ---- */
-
-typedef struct {
-    uint8_t *p;
-    size_t len, cap;
-    bool oom;
-} wbuf;
-
-/* n more bytes at the end, to be written by the caller; NULL on OOM */
-static uint8_t *wb_grow(wbuf *w, size_t n)
-{
-    size_t at = w->len;
-    if (!w->oom && w->len + n > w->cap) {
-        size_t cap = w->cap ? w->cap : 4096;
-        while (cap < w->len + n)
-            cap *= 2;
-        uint8_t *np = rc_realloc(w->p, cap);
-        if (!np) {
-            w->oom = true;
-            return NULL;
-        }
-        w->p = np;
-        w->cap = cap;
-    }
-    if (w->oom)
-        return NULL;
-    w->len += n;
-    return w->p + at;
-}
-
-static void wb_put(wbuf *w, const void *d, size_t n)
-{
-    uint8_t *p = n ? wb_grow(w, n) : NULL;
-    if (p)
-        memcpy(p, d, n);
-}
 
 /* Floats to and from the f16 wire (the F16C conversion where the CPU has
  * it; both round to nearest even). */
@@ -232,31 +47,6 @@ static void from_f16(const uint8_t *d, float *x, size_t n)
         x[i] = fp16_to_fp32(v);
     }
 }
-
-static void wb_u32(wbuf *w, uint32_t v) { wb_put(w, &v, 4); }
-static void wb_i32(wbuf *w, int32_t v) { wb_put(w, &v, 4); }
-static void wb_f32(wbuf *w, float v) { wb_put(w, &v, 4); }
-
-typedef struct {
-    const uint8_t *p;
-    size_t len, off;
-    bool bad;
-} rbuf;
-
-static const void *rb_get(rbuf *r, size_t n)
-{
-    if (r->bad || n > r->len - r->off) {
-        r->bad = true;
-        return NULL;
-    }
-    const void *d = r->p + r->off;
-    r->off += n;
-    return d;
-}
-static uint32_t rb_u32(rbuf *r) { uint32_t v = 0; const void *d = rb_get(r, 4); if (d) memcpy(&v, d, 4); return v; }
-static int32_t rb_i32(rbuf *r) { int32_t v = 0; const void *d = rb_get(r, 4); if (d) memcpy(&v, d, 4); return v; }
-static float rb_f32(rbuf *r) { float v = 0; const void *d = rb_get(r, 4); if (d) memcpy(&v, d, 4); return v; }
-static uint64_t rb_u64(rbuf *r) { uint64_t v = 0; const void *d = rb_get(r, 8); if (d) memcpy(&v, d, 8); return v; }
 
 static void put_start(wbuf *w, const exec_start *s)
 {
@@ -280,12 +70,6 @@ static void put_start(wbuf *w, const exec_start *s)
     wb_i32(w, s->n_prompt);
     wb_put(w, s->prompt, (size_t)s->n_prompt * 4);
 }
-
-/* A start read in place: the bias pairs and prompt stay in the message. */
-typedef struct {
-    exec_start s;
-    const uint8_t *bias;      /* n_bias (i32, f32) pairs */
-} wire_start;
 
 static void get_start(rbuf *r, wire_start *ws)
 {
