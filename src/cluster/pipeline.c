@@ -28,82 +28,6 @@
 
 /* ---- encoding ---- */
 
-/* Floats to and from the f16 wire (the F16C conversion where the CPU has
- * it; both round to nearest even). */
-static void to_f16(const float *x, uint8_t *d, size_t n)
-{
-    tensor_type_traits(TT_F16)->from_float(x, d, (int64_t)n);
-}
-static void from_f16(const uint8_t *d, float *x, size_t n)
-{
-    /* the message need not be 2-aligned */
-    if (((uintptr_t)d & 1) == 0) {
-        tensor_type_traits(TT_F16)->to_float(d, x, (int64_t)n);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint16_t v;
-        memcpy(&v, d + i * 2, 2);
-        x[i] = fp16_to_fp32(v);
-    }
-}
-
-static void put_start(wbuf *w, const exec_start *s)
-{
-    wb_i32(w, s->seq);
-    wb_i32(w, s->keep);
-    wb_i32(w, s->n_logprobs);
-    wb_f32(w, s->sp.temperature);
-    wb_i32(w, s->sp.top_k);
-    wb_f32(w, s->sp.top_p);
-    wb_f32(w, s->sp.min_p);
-    wb_f32(w, s->sp.repeat_penalty);
-    wb_i32(w, s->sp.repeat_last_n);
-    wb_f32(w, s->sp.presence_penalty);
-    wb_f32(w, s->sp.frequency_penalty);
-    wb_put(w, &s->sp.seed, 8);
-    wb_i32(w, s->sp.n_bias);
-    for (int i = 0; i < s->sp.n_bias; i++) {
-        wb_i32(w, s->sp.bias_ids[i]);
-        wb_f32(w, s->sp.bias_values[i]);
-    }
-    wb_i32(w, s->n_prompt);
-    wb_put(w, s->prompt, (size_t)s->n_prompt * 4);
-}
-
-static void get_start(rbuf *r, wire_start *ws)
-{
-    exec_start *s = &ws->s;
-    memset(ws, 0, sizeof *ws);
-    s->seq = rb_i32(r);
-    s->keep = rb_i32(r);
-    s->n_logprobs = rb_i32(r);
-    sampler_params_default(&s->sp);
-    s->sp.temperature = rb_f32(r);
-    s->sp.top_k = rb_i32(r);
-    s->sp.top_p = rb_f32(r);
-    s->sp.min_p = rb_f32(r);
-    s->sp.repeat_penalty = rb_f32(r);
-    s->sp.repeat_last_n = rb_i32(r);
-    s->sp.presence_penalty = rb_f32(r);
-    s->sp.frequency_penalty = rb_f32(r);
-    s->sp.seed = rb_u64(r);
-    int32_t nb = rb_i32(r);
-    if (nb < 0 || nb > MAX_BIAS_WIRE) {
-        r->bad = true;
-        return;
-    }
-    s->sp.n_bias = nb;
-    ws->bias = rb_get(r, (size_t)nb * 8);
-    int32_t np = rb_i32(r);
-    if (np < 0 || np > (1 << 24)) {
-        r->bad = true;
-        return;
-    }
-    s->n_prompt = np;
-    s->prompt = rb_get(r, (size_t)np * 4);   /* may be unaligned: copied before use */
-}
-
 static int send_to(pipeline *p, const char *to, int type, const void *d, size_t n);
 static void pend_adopt_locked(pipeline *p, stage_inst *si);
 
@@ -163,7 +87,7 @@ static int shard_pack(stage_inst *si, int kind, uint64_t seq, int enc, const flo
     } else {
         uint8_t *d = wb_grow(&w, n * 2);
         if (d)
-            to_f16(x, d, n);
+            pl__to_f16(x, d, n);
     }
     si->pbuf = w.p;
     si->pcap = w.cap;
@@ -261,7 +185,7 @@ static int shard_decode(stage_inst *si, int q, int kind, uint64_t seq, int n_row
         if (esz == 4)
             memcpy(o, src, (size_t)cols * 4);
         else
-            from_f16(src, o, cols);
+            pl__from_f16(src, o, cols);
     }
     return 0;
 }
@@ -313,7 +237,7 @@ static int shard_reduce(void *ud, float *x, int n_rows, int width)
     const int enc = si->wire_f32 ? ENC_F32 : ENC_F16;
     int rc = shard_pack(si, PART_SUM, seq, enc, x, n_rows, width, 0);
     if (!rc && enc == ENC_F16)               /* the values as sent: the part's end */
-        from_f16(si->pbuf + si->plen - n * 2, x, n);
+        pl__from_f16(si->pbuf + si->plen - n * 2, x, n);
     if (!rc)
         rc = shard_send(si, -1, false);
     /* the channels' parts go out and come in together; then the others' */
@@ -626,7 +550,7 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
     }
     for (uint32_t i = 0; i < n_starts; i++) {
         wire_start ws;
-        get_start(&r, &ws);
+        pl__get_start(&r, &ws);
         if (r.bad) {
             stage_send_error(si, group, "malformed sequence start");
             return;
@@ -704,7 +628,7 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
     }
     const uint8_t *h = data + hidden_off;
     if (esz == 2)
-        from_f16(h, si->in, (size_t)n_rows * (size_t)E);
+        pl__from_f16(h, si->in, (size_t)n_rows * (size_t)E);
     else if (esz == 4)
         memcpy(si->in, h, (size_t)n_rows * (size_t)E * 4);
     if (si->unseen)
@@ -784,7 +708,7 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
     } else {
         uint8_t *d = wb_grow(&w, (size_t)n_rows * (size_t)E * 2);
         if (d)
-            to_f16(si->out, d, (size_t)n_rows * (size_t)E);
+            pl__to_f16(si->out, d, (size_t)n_rows * (size_t)E);
     }
     si->wbuf = w.p;
     si->wcap = w.cap;
@@ -1373,7 +1297,7 @@ static int head_submit(engine_exec *x, const exec_batch *b)
     wb_u32(&w, (uint32_t)b->n_starts);
     wb_u32(&w, (uint32_t)b->rows.n_rows);
     for (int i = 0; i < b->n_starts; i++)
-        put_start(&w, &b->starts[i]);
+        pl__put_start(&w, &b->starts[i]);
     const int n = b->rows.n_rows;
     wb_put(&w, b->rows.token, (size_t)n * 4);
     wb_put(&w, b->rows.pos, (size_t)n * 4);

@@ -5,6 +5,8 @@
  *                   cluster's messages to the two sides, nodes going
  *                   down, status
  *                   (and, for now, what has no file of its own)
+ *   pipe_codec.c    the byte buffers of the messages, floats on the f16
+ *                   wire, sequence starts
  *
  * Cross-file functions are named pl__*.  Message layouts are in
  * docs/cluster-protocol.md, section 9.
@@ -238,5 +240,11 @@ typedef struct {
     exec_start s;
     const uint8_t *bias;      /* n_bias (i32, f32) pairs */
 } wire_start;
+
+/* pipe_codec.c */
+void pl__to_f16(const float *x, uint8_t *d, size_t n);
+void pl__from_f16(const uint8_t *d, float *x, size_t n);
+void pl__put_start(wbuf *w, const exec_start *s);
+void pl__get_start(rbuf *r, wire_start *ws);
 
 #endif
