@@ -7,6 +7,8 @@
  *                   (and, for now, what has no file of its own)
  *   pipe_codec.c    the byte buffers of the messages, floats on the f16
  *                   wire, sequence starts
+ *   pipe_shard.c    tensor-parallel shards' exchange of parts: the sums
+ *                   inside the forward pass, the logits after it
  *
  * Cross-file functions are named pl__*.  Message layouts are in
  * docs/cluster-protocol.md, section 9.
@@ -235,6 +237,12 @@ static inline int32_t rb_i32(rbuf *r) { int32_t v = 0; const void *d = rb_get(r,
 static inline float rb_f32(rbuf *r) { float v = 0; const void *d = rb_get(r, 4); if (d) memcpy(&v, d, 4); return v; }
 static inline uint64_t rb_u64(rbuf *r) { uint64_t v = 0; const void *d = rb_get(r, 8); if (d) memcpy(&v, d, 8); return v; }
 
+/* pipeline.c */
+/* Sends a message to node `to`; one to this node itself goes straight
+ * through the handler on the caller's thread, which therefore must
+ * not hold mu. */
+int pl__send_to(pipeline *p, const char *to, int type, const void *d, size_t n);
+
 /* A start read in place: the bias pairs and prompt stay in the message. */
 typedef struct {
     exec_start s;
@@ -246,5 +254,10 @@ void pl__to_f16(const float *x, uint8_t *d, size_t n);
 void pl__from_f16(const uint8_t *d, float *x, size_t n);
 void pl__put_start(wbuf *w, const exec_start *s);
 void pl__get_start(rbuf *r, wire_start *ws);
+
+/* pipe_shard.c */
+int pl__shard_reduce(void *ud, float *x, int n_rows, int width);
+int pl__shard_gather(stage_inst *si, int n_rows, const int32_t *rs, const int8_t *rw,
+                     int n_batch_rows);
 
 #endif
