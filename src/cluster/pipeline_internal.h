@@ -9,6 +9,7 @@
  *                   wire, sequence starts
  *   pipe_shard.c    tensor-parallel shards' exchange of parts: the sums
  *                   inside the forward pass, the logits after it
+ *   pipe_channel.c  binding the data channels between shards
  *
  * Cross-file functions are named pl__*.  Message layouts are in
  * docs/cluster-protocol.md, section 9.
@@ -238,6 +239,7 @@ static inline float rb_f32(rbuf *r) { float v = 0; const void *d = rb_get(r, 4);
 static inline uint64_t rb_u64(rbuf *r) { uint64_t v = 0; const void *d = rb_get(r, 8); if (d) memcpy(&v, d, 8); return v; }
 
 /* pipeline.c */
+stage_inst *pl__find_stage_locked(pipeline *p, const char *head, uint32_t inst);
 /* Sends a message to node `to`; one to this node itself goes straight
  * through the handler on the caller's thread, which therefore must
  * not hold mu. */
@@ -259,5 +261,12 @@ void pl__get_start(rbuf *r, wire_start *ws);
 int pl__shard_reduce(void *ud, float *x, int n_rows, int width);
 int pl__shard_gather(stage_inst *si, int n_rows, const int32_t *rs, const int8_t *rw,
                      int n_batch_rows);
+
+/* pipe_channel.c */
+int pl__shard_link(stage_inst *si);
+void pl__pend_adopt_locked(pipeline *p, stage_inst *si);
+int pl__on_channel(void *ud, const char *from, int type, const uint8_t *data, size_t len,
+                   cluster_chan *ch);
+void pl__on_bind(pipeline *p, const char *from, const uint8_t *data, size_t len);
 
 #endif
