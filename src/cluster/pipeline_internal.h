@@ -10,6 +10,8 @@
  *   pipe_shard.c    tensor-parallel shards' exchange of parts: the sums
  *                   inside the forward pass, the logits after it
  *   pipe_channel.c  binding the data channels between shards
+ *   pipe_stage.c    the stage side: set-up, a worker thread per stage,
+ *                   batches
  *
  * Cross-file functions are named pl__*.  Message layouts are in
  * docs/cluster-protocol.md, section 9.
@@ -268,5 +270,12 @@ void pl__pend_adopt_locked(pipeline *p, stage_inst *si);
 int pl__on_channel(void *ud, const char *from, int type, const uint8_t *data, size_t len,
                    cluster_chan *ch);
 void pl__on_bind(pipeline *p, const char *from, const uint8_t *data, size_t len);
+
+/* pipe_stage.c */
+void pl__reap_locked(pipeline *p);
+void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len);
+void pl__on_batch(pipeline *p, const char *from, const uint8_t *data, size_t len);
+void pl__on_stop(pipeline *p, const char *from, const uint8_t *data, size_t len);
+void pl__on_partial(pipeline *p, const char *from, const uint8_t *data, size_t len);
 
 #endif
