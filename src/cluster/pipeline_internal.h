@@ -4,7 +4,6 @@
  *   pipeline.c      the object: creation and shutdown, routing of the
  *                   cluster's messages to the two sides, nodes going
  *                   down, status
- *                   (and, for now, what has no file of its own)
  *   pipe_codec.c    the byte buffers of the messages, floats on the f16
  *                   wire, sequence starts
  *   pipe_shard.c    tensor-parallel shards' exchange of parts: the sums
@@ -12,6 +11,8 @@
  *   pipe_channel.c  binding the data channels between shards
  *   pipe_stage.c    the stage side: set-up, a worker thread per stage,
  *                   batches
+ *   pipe_head.c     the head side: setting up the stages, the executor
+ *                   the engine drives, results
  *
  * Cross-file functions are named pl__*.  Message layouts are in
  * docs/cluster-protocol.md, section 9.
@@ -277,5 +278,10 @@ void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len
 void pl__on_batch(pipeline *p, const char *from, const uint8_t *data, size_t len);
 void pl__on_stop(pipeline *p, const char *from, const uint8_t *data, size_t len);
 void pl__on_partial(pipeline *p, const char *from, const uint8_t *data, size_t len);
+
+/* pipe_head.c */
+int pl__stage_of(const head_exec *h, const char *node);
+void pl__on_ready(pipeline *p, const char *from, const uint8_t *data, size_t len);
+void pl__on_result(pipeline *p, const char *from, const uint8_t *data, size_t len);
 
 #endif
