@@ -1,11 +1,11 @@
 /* pipeline_internal.h - the structures shared by the files of the
  * pipeline (pipeline.h is its public face).
  *
- *   pipeline.c      the object: creation and shutdown, routing of the
- *                   cluster's messages to the two sides, nodes going
- *                   down, status
- *   pipe_codec.c    the byte buffers of the messages, floats on the f16
- *                   wire, sequence starts
+ *   pipeline.c      the object: creation and shutdown, finding a stage,
+ *                   routing the cluster's messages to the two sides and
+ *                   sending (pl__send_to), nodes going down, status
+ *   pipe_codec.c    floats on the f16 wire, sequence starts (the byte
+ *                   buffers are inline below)
  *   pipe_shard.c    tensor-parallel shards' exchange of parts: the sums
  *                   inside the forward pass, the logits after it
  *   pipe_channel.c  binding the data channels between shards
