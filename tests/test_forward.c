@@ -1,6 +1,5 @@
 /* test_forward.c - API requests forwarded between nodes, in this process
- * (two nodes with their clusters, pipelines, weights and HTTP servers on
- * loopback): a request at the node that does not serve a model is answered
+ * (two nodes, api/node.h, on loopback): a request at the node that does not serve a model is answered
  * by the node that does, streams included, without a second instance;
  * the serving node needs none of the client's keys; a client that leaves
  * cancels the generation there; hostile forwarding messages are refused or
@@ -12,11 +11,9 @@
 #include "http_util.h"
 #include "model_util.h"
 
-#include "api/api.h"
+#include "api/node.h"
 #include "base/err.h"
 #include "cluster/cluster.h"
-#include "cluster/pipeline.h"
-#include "cluster/weights.h"
 #include "cluster/wire.h"
 #include "tensor/types.h"
 
@@ -26,32 +23,29 @@
 #include <unistd.h>
 
 typedef struct {
+    node *n;
     struct cluster *c;
-    pipeline *p;
-    weights *w;
-    api_forward *f;
-    api_server *s;
     pthread_t th;
-    api_config cfg;
     const char *keys[1];
     char dir[600], models[700], log[800];
-} node;
+} test_node;
 
 static int t_min_nodes = 2, t_parallel = 2;   /* what start() gives a node */
 
 static void *serve(void *arg)
 {
-    api_server_run(arg);
+    node_run(arg);
     return NULL;
 }
 
 /* `file`: a model the node holds as fw.gguf (NULL: none). */
-static void start(node *n, const char *name, const char *token, const node *peer, const char *key,
-                  const char *file)
+static void start(test_node *n, const char *name, const char *token, const test_node *peer,
+                  const char *key, const char *file)
 {
     char addr[64];
     const char *peers[1];
     cluster_config cc;
+    node_config nc;
     memset(n, 0, sizeof *n);
     test_cluster_config(&cc, name, token, peer ? cluster_port(peer->c) : 0, n->dir,
                         sizeof n->dir, n->models, sizeof n->models, addr, peers);
@@ -60,55 +54,40 @@ static void start(node *n, const char *name, const char *token, const node *peer
         snprintf(path, sizeof path, "%s/fw.gguf", n->models);
         CHECK(link(file, path) == 0);      /* weights are served from inside the folder only */
     }
-    CHECK_OK(cluster_new(&cc, &n->c, NULL));
-    CHECK_OK(pipeline_new(n->c, 1, &n->p));
-    CHECK_OK(weights_new(n->c, n->models, "", &n->w));
-    pipeline_set_weights(n->p, n->w);
-    CHECK_OK(api_forward_new(n->c, &n->f));
     snprintf(n->log, sizeof n->log, "%s/access.log", n->dir);
     n->keys[0] = key;
-    api_config_default(&n->cfg);
-    n->cfg.port = 0;
-    n->cfg.models_dir = n->models;
-    n->cfg.ro_dirs = "";
-    n->cfg.threads = 1;
-    n->cfg.ctx_size = 2048;             /* a stream long enough to leave in the middle */
-    n->cfg.parallel = t_parallel;
-    n->cfg.queue = 1;                   /* a third request waits, a fourth gets 429 */
-    n->cfg.api_keys = n->keys;
-    n->cfg.n_api_keys = 1;
-    n->cfg.access_log = n->log;
-    n->cfg.cluster = n->c;
-    n->cfg.pipeline = n->p;
-    n->cfg.weights = n->w;
-    n->cfg.forward = n->f;
-    n->cfg.min_nodes = t_min_nodes;     /* 2: the model runs across both nodes */
-    CHECK_OK(api_server_new(&n->cfg, &n->s));
-    cluster_set_http_port(n->c, api_server_port(n->s));
-    CHECK_OK(cluster_start(n->c));
-    CHECK(pthread_create(&n->th, NULL, serve, n->s) == 0);
+    node_config_default(&nc);
+    nc.cluster = &cc;
+    nc.api.port = 0;
+    nc.api.models_dir = n->models;
+    nc.api.ro_dirs = "";
+    nc.api.threads = 1;
+    nc.api.ctx_size = 2048;             /* a stream long enough to leave in the middle */
+    nc.api.parallel = t_parallel;
+    nc.api.queue = 1;                   /* a third request waits, a fourth gets 429 */
+    nc.api.api_keys = n->keys;
+    nc.api.n_api_keys = 1;
+    nc.api.access_log = n->log;
+    nc.api.min_nodes = t_min_nodes;     /* 2: the model runs across both nodes */
+    CHECK_OK(node_start(&nc, &n->n));
+    n->c = node_cluster(n->n);
+    CHECK(pthread_create(&n->th, NULL, serve, n->n) == 0);
 }
 
-static void stop(node *n)
+static void stop(test_node *n)
 {
-    if (!n->s)
+    if (!n->n)
         return;
-    api_server_stop(n->s);
+    node_stop(n->n);
     pthread_join(n->th, NULL);
-    api_server_free(n->s);
-    pipeline_stop(n->p);
-    weights_stop(n->w);
-    cluster_free(n->c);
-    pipeline_free(n->p);
-    weights_free(n->w);
-    api_forward_free(n->f);
-    n->s = NULL;
+    node_free(n->n);
+    n->n = NULL;
 }
 
-static int port(const node *n) { return api_server_port(n->s); }
+static int port(const test_node *n) { return node_http_port(n->n); }
 
 /* Whether `n` sees node `id` up and serving `name` (NULL: just up). */
-static bool sees(node *n, const char *id, const char *name)
+static bool sees(test_node *n, const char *id, const char *name)
 {
     json_t *s = cluster_snapshot(n->c), *x, *v;
     size_t i, k;
@@ -125,7 +104,7 @@ static bool sees(node *n, const char *id, const char *name)
     return ok;
 }
 
-static void wait_sees(node *n, const char *id, const char *name)
+static void wait_sees(test_node *n, const char *id, const char *name)
 {
     for (int t = 0; t < 15000; t += 20) {
         if (sees(n, id, name))
@@ -233,7 +212,7 @@ static int wait_end(seen *s, uint32_t id)
 }
 
 /* Lines of n's access log that hold both a and b. */
-static int log_count(const node *n, const char *a, const char *b)
+static int log_count(const test_node *n, const char *a, const char *b)
 {
     FILE *f = fopen(n->log, "r");
     char line[8192];
@@ -245,11 +224,11 @@ static int log_count(const node *n, const char *a, const char *b)
     return k;
 }
 
-static bool log_has(const node *n, const char *a, const char *b) { return log_count(n, a, b) > 0; }
+static bool log_has(const test_node *n, const char *a, const char *b) { return log_count(n, a, b) > 0; }
 
 /* Waits (up to 10 s) until node n's model has `active` sequences running
  * and `queued` waiting. */
-static void wait_load(node *n, const char *key, int active, int queued)
+static void wait_load(test_node *n, const char *key, int active, int queued)
 {
     char want_a[32], want_q[32];
     static char buf[1 << 16];
@@ -273,7 +252,7 @@ static void wait_load(node *n, const char *key, int active, int queued)
 TEST_T(forward_requests_between_nodes, 180)
 {
     static char buf[1 << 17];
-    static node a, b;
+    static test_node a, b;
     t_min_nodes = 2;
     t_parallel = 2;
     start(&a, "fa", NULL, NULL, "ka", test_make_model("tiny", TT_Q8_0, NULL));
@@ -432,7 +411,7 @@ TEST_T(forward_requests_between_nodes, 180)
 TEST_T(forward_balances_busy_copies, 120)
 {
     static char buf[1 << 17];
-    static node a, b;
+    static test_node a, b;
     t_min_nodes = 0;
     t_parallel = 1;
     const char *file = test_make_model("tiny", TT_Q8_0, NULL);

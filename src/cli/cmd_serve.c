@@ -1,12 +1,11 @@
 /* cmd_serve.c - `racimo serve`: the OpenAI- and Ollama-compatible HTTP API
  * (src/api) over the models of a folder and any given with -m. */
 #include "cli.h"
-#include "api/api.h"
+#include "api/node.h"
 #include "base/err.h"
 #include "base/mem.h"
 #include "cluster/cluster.h"
 #include "cluster/pipeline.h"
-#include "cluster/weights.h"
 
 #include <arpa/inet.h>
 
@@ -105,10 +104,6 @@ int cmd_serve(int argc, char **argv)
     const char *peers[MAX_LIST];
     int n_peers = 0;
     bool no_cluster = false;
-    struct cluster *cl = NULL;
-    pipeline *pipe = NULL;
-    weights *wts = NULL;
-    api_forward *fwd = NULL;
     char state_dir[600], models_dir[700], listen[64];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -281,69 +276,36 @@ int cmd_serve(int argc, char **argv)
         cc.peers = peers;
         cc.n_peers = n_peers;
         cc.http_port = cfg.port;
-        bool created = false;
-        bool asked = cc.state_dir || getenv("RACIMO_HOME") || cc.join_token ||
-                     getenv("RACIMO_JOIN_TOKEN") || n_peers;
-        if (cluster_new(&cc, &cl, &created)) {
-            /* nobody asked for a cluster (say, an unwritable home): serve alone */
-            if (asked) {
-                rc = cli_error("serve: cluster");
-                goto out;
-            }
-            fprintf(stderr, "racimo: warning: serving without a cluster: %s\n", rc_errmsg());
-            cl = NULL;
-        }
-        if (created && cl)
-            fprintf(stderr, "racimo: created a new cluster (its key is in %s/cluster.key).\n"
-                            "racimo: to add a machine, run there:  racimo serve --host 0.0.0.0 "
-                            "--join %s\n", state_dir, cluster_join_token(cl));
-        cfg.cluster = cl;
-        if (cl && (pipeline_new(cl, cfg.threads, &pipe) ||
-                   weights_new(cl, cfg.models_dir ? cfg.models_dir : cluster_models_dir(cl),
-                               cfg.ro_dirs, &wts))) {
-            rc = cli_error("serve: pipeline");
-            goto out;
-        }
-        if (pipe)
-            pipeline_set_weights(pipe, wts);
-        if (cl && api_forward_new(cl, &fwd)) {
-            rc = cli_error("serve: forwarding");
-            goto out;
-        }
-        cfg.weights = wts;
-        cfg.pipeline = pipe;
-        cfg.forward = fwd;
     }
-    api_server *s;
-    if (api_server_new(&cfg, &s)) {
+    node_config nc;
+    node_config_default(&nc);
+    nc.api = cfg;
+    nc.cluster = no_cluster ? NULL : &cc;
+    /* nobody asked for a cluster (say, an unwritable home): serve alone */
+    nc.cluster_optional = !(cc.state_dir || getenv("RACIMO_HOME") || cc.join_token ||
+                            getenv("RACIMO_JOIN_TOKEN") || n_peers);
+    node *nd;
+    if (node_start(&nc, &nd)) {
         rc = cli_error("serve");
         goto out;
     }
-    if (cl) {
-        cluster_set_http_port(cl, api_server_port(s));
-        if (cluster_start(cl)) {
-            rc = cli_error("serve: cluster");
-            api_server_free(s);
-            goto out;
-        }
-    }
+    if (node_solo_why(nd))
+        fprintf(stderr, "racimo: warning: serving without a cluster: %s\n", node_solo_why(nd));
+    if (node_created_cluster(nd))
+        fprintf(stderr, "racimo: created a new cluster (its key is in %s/cluster.key).\n"
+                        "racimo: to add a machine, run there:  racimo serve --host 0.0.0.0 "
+                        "--join %s\n", state_dir, cluster_join_token(node_cluster(nd)));
     /* the line scripts wait for; with --port 0 it names the port chosen */
     fprintf(stderr, "racimo: listening on http://%s:%d (%d model%s given, %s)\n", cfg.host,
-            api_server_port(s), n_models, n_models == 1 ? "" : "s",
+            node_http_port(nd), n_models, n_models == 1 ? "" : "s",
             n_keys ? "API keys required" : "no API key required");
     if (!n_keys && strcmp(cfg.host, "127.0.0.1") && strcmp(cfg.host, "localhost") &&
         strcmp(cfg.host, "::1"))
         fprintf(stderr, "racimo: warning: listening beyond this machine without --api-key\n");
     fflush(stderr);
-    rc = api_server_run(s) ? cli_error("serve") : 0;
-    api_server_free(s);
+    rc = node_run(nd) ? cli_error("serve") : 0;
+    node_free(nd);
 out:
-    pipeline_stop(pipe);    /* stages send through the cluster */
-    weights_stop(wts);      /* so does the weight server */
-    cluster_free(cl);       /* its thread calls into the pipeline, weights, forwarder */
-    pipeline_free(pipe);
-    weights_free(wts);
-    api_forward_free(fwd);
     for (int i = 0; i < n_keys; i++)
         rc_free(keys[i]);
     rc_free(keys);

@@ -93,7 +93,7 @@ cl_node *cl__node_add(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
     return n;
 }
 
-static void node_free(cl_node *n)
+static void cl_node_free(cl_node *n)
 {
     if (n) {
         json_decref(n->info);
@@ -473,7 +473,7 @@ static void forget_nodes(struct cluster *c, uint64_t now)
         c->nodes[i] = c->nodes[--c->n_nodes];
         c->self_dirty = true;
         pthread_mutex_unlock(&c->mu);
-        node_free(n);
+        cl_node_free(n);
         c->peers_dirty = true;
         i--;
     }
@@ -1146,7 +1146,7 @@ void cluster_free(struct cluster *c)
     if (c->base)
         event_base_free(c->base);
     for (int i = 0; i < c->n_nodes; i++)
-        node_free(c->nodes[i]);
+        cl_node_free(c->nodes[i]);
     rc_free(c->nodes);
     rc_free(c->statics);
     while (c->out_head) {

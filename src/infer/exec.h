@@ -3,7 +3,7 @@
  * The scheduler (engine.c) decides which rows go into a batch; an executor
  * evaluates them and samples a token for every row that asks.  On one node
  * the executor is exec_local (the whole model in this process, done before
- * submit returns).  Across nodes it is a pipeline (cluster/pipeline.c): the
+ * submit returns).  Across nodes it is a pipeline (cluster/pipe_head.c): the
  * rows travel through stages on other machines, and the last stage samples,
  * so only token ids come back.
  *
