@@ -207,16 +207,19 @@ void metrics_render(api_metrics *m, api_registry *reg, strbuf *b)
 
     int n = 0;
     api_model **list = registry_list(reg, &n);
-    static const char *const gauges[][2] = {
-        { "racimo_model_loaded", "1 when the model is loaded, 0 otherwise." },
-        { "racimo_queue_depth", "Requests waiting for a sequence slot." },
-        { "racimo_active_sequences", "Sequences generating now." },
-        { "racimo_sequence_slots", "Parallel sequences of the model's engine." },
-        { "racimo_kv_cache_used_tokens", "KV cache positions in use (finished conversations kept for reuse included)." },
-        { "racimo_kv_cache_capacity_tokens", "KV cache positions in all slots." },
+    static const char *const gauges[][3] = {
+        { "racimo_model_loaded", "1 when the model is loaded, 0 otherwise.", "gauge" },
+        { "racimo_queue_depth", "Requests waiting for a sequence slot.", "gauge" },
+        { "racimo_active_sequences", "Sequences generating now.", "gauge" },
+        { "racimo_sequence_slots", "Parallel sequences of the model's engine.", "gauge" },
+        { "racimo_kv_cache_used_tokens", "KV cache positions in use (finished conversations kept for reuse included).", "gauge" },
+        { "racimo_kv_cache_capacity_tokens", "KV cache positions in all slots.", "gauge" },
+        { "racimo_instance_recoveries_total", "Times the model's instance was rebuilt on a new plan after a node was lost, its running requests going on.", "counter" },
+        { "racimo_instance_recoveries_failed_total", "Times a lost node's instance could not be rebuilt (its requests ended with the reason).", "counter" },
+        { "racimo_recovery_replayed_tokens_total", "Tokens evaluated again to rebuild running requests after a node was lost.", "counter" },
     };
     for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
-        help(b, gauges[g][0], "gauge", gauges[g][1]);
+        help(b, gauges[g][0], gauges[g][2], gauges[g][1]);
         for (int i = 0; i < n; i++) {
             bool ready = registry_state(reg, list[i], NULL, 0) == MODEL_READY;
             if (g > 0 && !ready)
@@ -224,11 +227,12 @@ void metrics_render(api_metrics *m, api_registry *reg, strbuf *b)
             engine_stats st = { 0 };
             if (ready)
                 engine_get_stats(list[i]->eng, &st);
-            long long v = g == 0 ? ready : g == 1 ? st.n_queued : g == 2 ? st.n_active :
-                          g == 3 ? st.n_slots : g == 4 ? st.kv_used : st.kv_total;
+            const long long v[] = { ready, st.n_queued, st.n_active, st.n_slots, st.kv_used,
+                                    st.kv_total, st.n_recoveries, st.n_recoveries_failed,
+                                    (long long)st.tokens_replayed };
             sb_printf(b, "%s{", gauges[g][0]);
             label(b, list[i]->name);
-            sb_printf(b, "} %lld\n", v);
+            sb_printf(b, "} %lld\n", v[g]);
         }
     }
     rc_free(list);

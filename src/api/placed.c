@@ -3,9 +3,12 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/os.h"
 #include "cluster/cluster.h"
 #include "cluster/pipeline.h"
 #include "cluster/placement.h"
+#include "cluster/weights.h"
+#include "infer/exec.h"
 #include "model/gguf.h"
 #include "model/model_size.h"
 
@@ -13,6 +16,8 @@
 #include <string.h>
 
 #define STAGE_START_MS (15 * 60 * 1000)   /* a stage may have to pull its weights */
+#define REBUILD_MARGIN_MS 5000
+#define REBUILD_RETRY_MS 500
 
 static void log_progress(void *ud, const char *line)
 {
@@ -78,71 +83,154 @@ bool placed_runs_here(const registry_config *cfg, const char *name, const char *
     return here;
 }
 
+/* A pipeline (or tensor-parallel instance) for model m on the placement pl,
+ * in *x. */
+static int start_exec(const registry_config *cfg, api_model *m, const model_hparams *hp,
+                      const placement *pl, engine_exec **x)
+{
+    pipeline_spec spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.model, sizeof spec.model, "%s", m->name);
+    spec.n_layer = hp->n_layer;
+    spec.n_embd = hp->n_embd;
+    spec.n_vocab = hp->n_vocab;
+    spec.n_ctx = m->ep.n_ctx;
+    spec.n_seq = m->ep.n_seq;
+    spec.n_batch = m->ep.n_batch;
+    spec.n_threads = 0;                            /* each node its own */
+    spec.wire_f32 = cfg->wire_f32;
+    spec.n_stages = pl->n_stages;
+    spec.tensor = pl->tensor;
+    for (int k = 0; k < pl->n_stages; k++) {
+        snprintf(spec.stage[k].node, sizeof spec.stage[k].node, "%s", pl->stage[k].id);
+        spec.stage[k].first = pl->stage[k].first;
+        spec.stage[k].last = pl->stage[k].last;
+        if (pl->tensor)
+            rc_log(LOG_INFO, "model %s: shard %d of %d (every layer) on node %.8s (%s)", m->name,
+                   k, pl->n_stages, pl->stage[k].id, pl->stage[k].name);
+        else
+            rc_log(LOG_INFO, "model %s: stage %d, layers %d-%d on node %.8s (%s)", m->name, k,
+                   pl->stage[k].first, pl->stage[k].last - 1, pl->stage[k].id, pl->stage[k].name);
+    }
+    return pipeline_exec_new(cfg->pipeline, &spec, STAGE_START_MS, log_progress, m, x);
+}
+
+/* The placement of model m now; refusals (it does not fit, no quorum) as
+ * errors.  *here: it runs on this node alone. */
+static int place_now(const registry_config *cfg, api_model *m, const model_hparams *hp,
+                     bool warn, placement *pl, json_t **plan, bool *here)
+{
+    model_sizes ms;
+    memset(&ms, 0, sizeof ms);
+    json_t *view = NULL;
+    *plan = NULL;
+    *here = false;
+    int rc = model_sizes_read(m->lm.file, &ms);
+    if (rc || (rc = place(cfg, m->name, hp, &ms, m->ep.n_ctx, m->ep.n_seq, warn, &view, pl)))
+        goto out;
+    *plan = placement_to_json(pl, &ms);
+    if (!pl->fits) {
+        rc = rc_fail(RC_ENOMEM, "%s does not fit the cluster: %s", m->name, pl->advice);
+        goto out;
+    }
+    *here = pl->n_stages == 1 && !strcmp(pl->stage[0].id, cluster_self_id(cfg->cluster));
+    /* The partition rule (docs/cluster.md): only a side that sees a strict
+     * majority of the members may place instances on other nodes. */
+    if (!*here && !cluster_has_quorum(cfg->cluster))
+        rc = rc_fail(RC_ESTATE, "%s needs other nodes, but this node sees only %d of the %d "
+                     "members of its cluster (no quorum: a partition?); it does not place "
+                     "instances until it sees a majority",
+                     m->name, (int)json_integer_value(json_object_get(view, "members_up")),
+                     (int)json_integer_value(json_object_get(view, "members")));
+out:
+    json_decref(view);
+    model_sizes_free(&ms);
+    return rc;
+}
+
+/* One attempt of rebuild(). */
+static int rebuild_once(api_model *m, engine_exec **x)
+{
+    const registry_config *cfg = registry_get_config(m->reg);
+    model_hparams hp;
+    placement pl;
+    json_t *plan = NULL;
+    bool here = false;
+    *x = NULL;
+    int rc = model_read_hparams(m->lm.file, &hp);
+    if (!rc)
+        rc = place_now(cfg, m, &hp, false, &pl, &plan, &here);
+    if (!rc && here) {
+        /* alone now: this node maps the whole model (a file pulled from a
+         * peer is completed first) */
+        char path[1200];
+        model *mod = NULL;
+        snprintf(path, sizeof path, "%s", m->remote ? m->local_path : m->path);
+        if (m->remote)
+            rc = weights_ensure(cfg->weights, m->name, 0, -1, NULL, NULL, NULL, path, sizeof path);
+        if (!rc)
+            rc = model_load(path, 0, -1, &mod);
+        stage_params sp = { .n_ctx = m->ep.n_ctx, .n_seq = m->ep.n_seq, .n_batch = m->ep.n_batch,
+                            .n_threads = m->ep.n_threads, .precision = m->ep.precision,
+                            .kv_type = m->ep.kv_type };
+        if (!rc)
+            rc = exec_local_new_owned(mod, &sp, x);
+        if (!rc)
+            rc_log(LOG_INFO, "model %s: runs on this node alone now", m->name);
+    } else if (!rc) {
+        rc = start_exec(cfg, m, &hp, &pl, x);
+    }
+    if (rc) {
+        json_decref(plan);
+        return rc;
+    }
+    pthread_mutex_lock(&m->mu);
+    json_decref(m->plan);
+    m->plan = plan;
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+}
+
+/* engine_rebuild_fn: the model placed again on the nodes up, as a new
+ * pipeline, or on this node alone.  The lost node may still count as up
+ * for a moment (a cut link is seen only when its heartbeats stop, and a
+ * shard may report a peer's loss before this node's link to it does), so
+ * a plan that cannot be started is tried again until the view has caught
+ * up: for the node-down time and a margin. */
+static int rebuild(void *ud, const char *why, engine_exec **x)
+{
+    api_model *m = ud;
+    const registry_config *cfg = registry_get_config(m->reg);
+    rc_log(LOG_WARN, "model %s: %s; placing it again on the nodes up", m->name, why);
+    const uint64_t t0 = os_now_ns(),
+                   limit = (uint64_t)(cluster_down_after_ms(cfg->cluster) + REBUILD_MARGIN_MS) * 1000000ull;
+    for (int attempt = 1;; attempt++) {
+        int rc = rebuild_once(m, x);
+        if (!rc || os_now_ns() - t0 > limit)
+            return rc;
+        rc_log(LOG_INFO, "model %s: rebuild attempt %d: %s; trying again", m->name, attempt,
+               rc_errmsg());
+        os_sleep_ms(REBUILD_RETRY_MS);
+    }
+}
+
 int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t **plan)
 {
     *eng = NULL;
     *plan = NULL;
     if (!cfg->cluster || !cfg->pipeline)
         return 0;
-    model_sizes ms;
-    memset(&ms, 0, sizeof ms);
     model_hparams hp;
-    json_t *view = NULL;
     placement pl;
+    bool here;
     int rc = model_read_hparams(m->lm.file, &hp);
-    if (rc || (rc = model_sizes_read(m->lm.file, &ms)))
+    if (rc || (rc = place_now(cfg, m, &hp, true, &pl, plan, &here)) || here)
         return rc;
-    int n_ctx = m->ep.n_ctx;
-    if ((rc = place(cfg, m->name, &hp, &ms, n_ctx, m->ep.n_seq, true, &view, &pl)))
-        goto out;
-    *plan = placement_to_json(&pl, &ms);
-    if (!pl.fits) {
-        rc = rc_fail(RC_ENOMEM, "%s does not fit the cluster: %s", m->name, pl.advice);
-        goto out;
-    }
-    const char *self = cluster_self_id(cfg->cluster);
-    if (pl.n_stages == 1 && !strcmp(pl.stage[0].id, self))
-        goto out;                                  /* here, alone */
-    /* The partition rule (docs/cluster.md): only a side that sees a strict
-     * majority of the members may place instances on other nodes. */
-    if (!cluster_has_quorum(cfg->cluster)) {
-        rc = rc_fail(RC_ESTATE, "%s needs other nodes, but this node sees only %d of the %d "
-                     "members of its cluster (no quorum: a partition?); it does not place "
-                     "instances until it sees a majority",
-                     m->name, (int)json_integer_value(json_object_get(view, "members_up")),
-                     (int)json_integer_value(json_object_get(view, "members")));
-        goto out;
-    }
-    pipeline_spec spec;
-    memset(&spec, 0, sizeof spec);
-    snprintf(spec.model, sizeof spec.model, "%s", m->name);
-    spec.n_layer = hp.n_layer;
-    spec.n_embd = hp.n_embd;
-    spec.n_vocab = hp.n_vocab;
-    spec.n_ctx = n_ctx;
-    spec.n_seq = m->ep.n_seq;
-    spec.n_batch = m->ep.n_batch;
-    spec.n_threads = 0;                            /* each node its own */
-    spec.wire_f32 = cfg->wire_f32;
-    spec.n_stages = pl.n_stages;
-    spec.tensor = pl.tensor;
-    for (int k = 0; k < pl.n_stages; k++) {
-        snprintf(spec.stage[k].node, sizeof spec.stage[k].node, "%s", pl.stage[k].id);
-        spec.stage[k].first = pl.stage[k].first;
-        spec.stage[k].last = pl.stage[k].last;
-        if (pl.tensor)
-            rc_log(LOG_INFO, "model %s: shard %d of %d (every layer) on node %.8s (%s)", m->name,
-                   k, pl.n_stages, pl.stage[k].id, pl.stage[k].name);
-        else
-            rc_log(LOG_INFO, "model %s: stage %d, layers %d-%d on node %.8s (%s)", m->name, k,
-                   pl.stage[k].first, pl.stage[k].last - 1, pl.stage[k].id, pl.stage[k].name);
-    }
     engine_exec *x = NULL;
-    if ((rc = pipeline_exec_new(cfg->pipeline, &spec, STAGE_START_MS, log_progress, m, &x)))
-        goto out;
-    rc = engine_new_exec(x, m->lm.tok, hp.n_vocab, &m->ep, eng);   /* takes x */
-out:
-    json_decref(view);
-    model_sizes_free(&ms);
-    return rc;
+    if ((rc = start_exec(cfg, m, &hp, &pl, &x)))
+        return rc;
+    if ((rc = engine_new_exec(x, m->lm.tok, hp.n_vocab, &m->ep, eng)))   /* takes x */
+        return rc;
+    engine_set_rebuild(*eng, rebuild, m);
+    return 0;
 }

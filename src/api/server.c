@@ -31,6 +31,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* A model's plan, which its engine thread replaces when it rebuilds the
+ * instance after a node was lost (a new reference, or NULL). */
+static json_t *model_plan(api_model *m)
+{
+    pthread_mutex_lock(&m->mu);
+    json_t *p = json_incref(m->plan);
+    pthread_mutex_unlock(&m->mu);
+    return p;
+}
+
 #define RACIMO_VERSION "0.1.0"
 
 void api_config_default(api_config *c)
@@ -245,9 +255,21 @@ static int cluster(api_server *s, struct evhttp_request *req)
                                   (json_int_t)es.tokens_gen);
             json_object_update(o, e);
             json_decref(e);
+            /* instances rebuilt after a node was lost (engine_set_rebuild) */
+            json_t *rec = json_pack("{s:i, s:i, s:I}", "count", es.n_recoveries, "failed",
+                                    es.n_recoveries_failed, "tokens_replayed",
+                                    (json_int_t)es.tokens_replayed);
+            if (rec && es.last_recovery_at > 0)
+                json_object_set_new(rec, "last",
+                                    json_pack("{s:f, s:f, s:i, s:s}", "at", es.last_recovery_at,
+                                              "seconds", es.last_recovery_s, "sequences",
+                                              es.last_recovery_seqs, "why",
+                                              es.last_recovery_why));
+            json_object_set_new(o, "recoveries", rec);
         }
-        if (o && st == MODEL_READY && m->plan)
-            json_object_set(o, "plan", m->plan);
+        json_t *plan = o && st == MODEL_READY ? model_plan(m) : NULL;
+        if (plan)
+            json_object_set_new(o, "plan", plan);
         json_array_append_new(models, o);
     }
     rc_free(list);
@@ -313,8 +335,9 @@ static int instances(api_server *s, struct evhttp_request *req, bool stop, const
                      m->name, err);
         } else {
             json_t *b = json_pack("{s:s, s:s}", "model", m->name, "state", state_name(st));
-            if (b && st == MODEL_READY && m->plan)
-                json_object_set(b, "plan", m->plan);
+            json_t *plan = b && st == MODEL_READY ? model_plan(m) : NULL;
+            if (plan)
+                json_object_set_new(b, "plan", plan);
             json_decref(o);
             http_reply_json(s, req, status, b, NULL, NULL);
             return status;

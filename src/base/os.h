@@ -48,6 +48,7 @@ void os_map_willneed(const os_map *m, size_t off, size_t len);
 void os_mem_drop(const void *p, size_t len);
 
 uint64_t os_now_ns(void);                       /* monotonic clock */
+void     os_sleep_ms(int ms);
 int      os_n_cpus(void);                       /* online logical CPUs, >= 1 */
 int      os_n_physical_cores(void);             /* >= 1; falls back to logical */
 uint64_t os_total_memory_bytes(void);

@@ -258,3 +258,9 @@ uint64_t os_current_rss_bytes(void)
     return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
 #endif
 }
+
+void os_sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}

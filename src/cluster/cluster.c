@@ -888,6 +888,7 @@ bool cluster_has_quorum(struct cluster *c)
 const char *cluster_join_token(const struct cluster *c) { return c->token; }
 const char *cluster_self_id(const struct cluster *c) { return c->nodes[0]->id_hex; }
 int cluster_port(const struct cluster *c) { return c->port; }
+int cluster_down_after_ms(const struct cluster *c) { return c->cfg.down_after_ms; }
 
 void cluster_set_http_port(struct cluster *c, int port)
 {

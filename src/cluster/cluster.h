@@ -89,6 +89,8 @@ const char *cluster_join_token(const struct cluster *c);
 /* This node's id (32 hex digits) and the cluster port bound (after start). */
 const char *cluster_self_id(const struct cluster *c);
 int cluster_port(const struct cluster *c);
+/* How long a silent node takes to count as down (cluster_config). */
+int cluster_down_after_ms(const struct cluster *c);
 
 /* The API port published, when known only after cluster_new (port 0).
  * Before cluster_start. */

@@ -29,7 +29,7 @@ void pl__from_f16(const uint8_t *d, float *x, size_t n)
     }
 }
 
-void pl__put_start(wbuf *w, const exec_start *s)
+void pl__put_start(wbuf *w, const exec_start *s, bool generated)
 {
     wb_i32(w, s->seq);
     wb_i32(w, s->keep);
@@ -50,9 +50,13 @@ void pl__put_start(wbuf *w, const exec_start *s)
     }
     wb_i32(w, s->n_prompt);
     wb_put(w, s->prompt, (size_t)s->n_prompt * 4);
+    if (generated) {
+        wb_i32(w, s->n_generated);
+        wb_put(w, s->generated, (size_t)s->n_generated * 4);
+    }
 }
 
-void pl__get_start(rbuf *r, wire_start *ws)
+void pl__get_start(rbuf *r, wire_start *ws, bool generated)
 {
     exec_start *s = &ws->s;
     memset(ws, 0, sizeof *ws);
@@ -83,4 +87,13 @@ void pl__get_start(rbuf *r, wire_start *ws)
     }
     s->n_prompt = np;
     s->prompt = rb_get(r, (size_t)np * 4);   /* may be unaligned: copied before use */
+    if (!generated)
+        return;
+    int32_t ng = rb_i32(r);
+    if (ng < 0 || ng > (1 << 24)) {
+        r->bad = true;
+        return;
+    }
+    s->n_generated = ng;
+    s->generated = rb_get(r, (size_t)ng * 4);
 }

@@ -119,6 +119,8 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
     rb_u32(&r);                                 /* instance: checked by the router */
     uint32_t group = rb_u32(&r), enc = rb_u32(&r), n_starts = rb_u32(&r),
              n_rows = rb_u32(&r);
+    const uint32_t flags = enc & ENC_STARTS_GENERATED;
+    enc &= ~ENC_STARTS_GENERATED;
     const model_hparams *hp = &si->m->hp;
     const int E = hp->n_embd;
     bool first = si->first == 0, last = si->last == hp->n_layer;
@@ -129,7 +131,7 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
     }
     for (uint32_t i = 0; i < n_starts; i++) {
         wire_start ws;
-        pl__get_start(&r, &ws);
+        pl__get_start(&r, &ws, flags != 0);
         if (r.bad) {
             stage_send_error(si, group, "malformed sequence start");
             return;
@@ -147,12 +149,15 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
             si->unseen[s->seq] = false;
         if (!si->ss)
             continue;
-        int32_t *prompt = rc_malloc((size_t)s->n_prompt * 4 + 4);
+        int32_t *prompt = rc_malloc((size_t)(s->n_prompt + s->n_generated) * 4 + 4);
         int32_t *ids = rc_malloc((size_t)s->sp.n_bias * 4 + 4);
         float *vals = rc_malloc((size_t)s->sp.n_bias * 4 + 4);
         int rc = RC_ENOMEM;
         if (prompt && ids && vals) {
             memcpy(prompt, s->prompt, (size_t)s->n_prompt * 4);
+            if (s->n_generated > 0)
+                memcpy(prompt + s->n_prompt, s->generated, (size_t)s->n_generated * 4);
+            s->generated = prompt + s->n_prompt;
             for (int b = 0; b < s->sp.n_bias; b++) {
                 memcpy(&ids[b], ws.bias + (size_t)b * 8, 4);
                 memcpy(&vals[b], ws.bias + (size_t)b * 8 + 4, 4);
@@ -278,7 +283,7 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
     /* Next stage: the same header, starts and rows, then our output. */
     wb_put(&w, data, hidden_off);
     if (!w.oom) {
-        uint32_t e = si->wire_f32 ? ENC_F32 : ENC_F16;
+        uint32_t e = (si->wire_f32 ? ENC_F32 : ENC_F16) | flags;
         memcpy(w.p + WIRE_ID_BYTES + 8, &e, 4);
     }
     (void)rows_off;

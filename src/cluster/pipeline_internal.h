@@ -63,6 +63,11 @@ enum { PART_SUM = 0, PART_LOGITS = 1, PART_CANDS = 2 };
 #define PARTIAL_HDR (WIRE_ID_BYTES + 4 * 4 + 8)
 #define PARTIAL_WAIT_MS 60000     /* a shard's peer this late is taken as lost */
 enum { ENC_NONE = 0, ENC_F16 = 1, ENC_F32 = 2 };
+/* In a BATCH's encoding word, over the encoding (protocol 1.3): its starts
+ * carry the tokens a rebuilt request had generated.  Set only when one
+ * does, so batches of nodes of 1.2 and older still read; such a node
+ * refuses a flagged batch (an unknown encoding) rather than misread it. */
+#define ENC_STARTS_GENERATED 0x100u
 #define BATCH_HDR (WIRE_ID_BYTES + 5 * 4)
 #define MAX_BIAS_WIRE 1000000
 /* The revision of how shards cut a model (model_shard_plan): 2 since
@@ -257,8 +262,8 @@ typedef struct {
 /* pipe_codec.c */
 void pl__to_f16(const float *x, uint8_t *d, size_t n);
 void pl__from_f16(const uint8_t *d, float *x, size_t n);
-void pl__put_start(wbuf *w, const exec_start *s);
-void pl__get_start(rbuf *r, wire_start *ws);
+void pl__put_start(wbuf *w, const exec_start *s, bool generated);
+void pl__get_start(rbuf *r, wire_start *ws, bool generated);
 
 /* pipe_shard.c */
 int pl__shard_reduce(void *ud, float *x, int n_rows, int width);

@@ -268,20 +268,45 @@ int engine_submit(engine *e, gen_request *r)
     e->queue_tail = r;
     e->n_queued++;
     e->stats.n_queued = e->n_queued;
-    pthread_mutex_unlock(&e->mu);
     e->x->wake(e->x);
+    pthread_mutex_unlock(&e->mu);
     return 0;
 }
 
+/* Other threads reach the executor under `mu`: a rebuild replaces it. */
 void engine_wake(engine *e)
 {
+    pthread_mutex_lock(&e->mu);
     e->x->wake(e->x);
+    pthread_mutex_unlock(&e->mu);
 }
 
 bool engine_broken(engine *e)
 {
-    return e->dead || (!e->rebuild && e->x->broken && e->x->broken(e->x));
+    pthread_mutex_lock(&e->mu);
+    bool b = e->dead || (!e->rebuild && e->x->broken && e->x->broken(e->x));
+    pthread_mutex_unlock(&e->mu);
+    return b;
 }
+
+/* The executor while a rebuild runs, and after one failed: takes nothing. */
+static int paused_submit(engine_exec *x, const exec_batch *b)
+{
+    (void)x; (void)b;
+    return rc_fail(RC_ESTATE, "the instance is being rebuilt");
+}
+static int paused_collect(engine_exec *x, int timeout_ms, int *g, const exec_sampled **rows,
+                          int *n)
+{
+    (void)x; (void)timeout_ms; (void)g; (void)rows; (void)n;
+    return 0;
+}
+static void paused_wake(engine_exec *x) { (void)x; }
+static bool paused_broken(engine_exec *x) { (void)x; return true; }
+static void paused_free(engine_exec *x) { (void)x; }
+static engine_exec paused_exec = { .n_groups = 1, .submit = paused_submit,
+                                   .collect = paused_collect, .wake = paused_wake,
+                                   .broken = paused_broken, .free = paused_free };
 
 void engine_set_rebuild(engine *e, engine_rebuild_fn fn, void *ud)
 {
@@ -468,7 +493,24 @@ static int recover(engine *e, const char *why)
     engine_exec *x = NULL;
     char reason[200];
     snprintf(reason, sizeof reason, "%s", why);
+    /* The old executor goes first: its surviving stages let go of their
+     * memory before the new plan loads. */
+    free_groups(e);
+    pthread_mutex_lock(&e->mu);
+    engine_exec *old = e->x;
+    e->x = &paused_exec;
+    pthread_mutex_unlock(&e->mu);
+    old->free(old);
     int rc = e->rebuild(e->rebuild_ud, reason, &x);
+    if (!rc) {
+        pthread_mutex_lock(&e->mu);
+        e->x = x;
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (engine_groups(e)) {
+        e->dead = true;
+        snprintf(e->dead_why, sizeof e->dead_why, "out of memory rebuilding the instance");
+    }
     if (rc) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s; and it cannot be rebuilt: %s", reason, rc_errmsg());
@@ -485,13 +527,6 @@ static int recover(engine *e, const char *why)
                 finish(e, s, GEN_ERROR, msg);
         }
         return rc_fail(RC_EIO, "%s", msg);
-    }
-    free_groups(e);
-    e->x->free(e->x);
-    e->x = x;
-    if ((rc = engine_groups(e))) {
-        e->dead = true;
-        return rc;
     }
     for (int i = 0; i < e->p.n_seq; i++) {
         slot *s = &e->slots[i];
