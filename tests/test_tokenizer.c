@@ -606,11 +606,11 @@ TEST(tok_bpe_pre_variants)
  * concatenation) as llama.cpp at commit 34af94cd split it: its
  * unicode_regex_split with the kimi-k2 pre-tokenizer's pattern, which runs
  * llama.cpp's own splitter.  They pin that splitter's quirks: Han is its
- * block list (々 〆 〇 ⺀ and U+30000 are letters or symbols like any other,
- * unassigned U+FA6E is Han, unassigned U+2A6E0 is not), letters are not
+ * block list (々 〆 〇 ⺀ and U+30000 are letters, numbers or symbols like any
+ * other, unassigned U+FA6E is Han, unassigned U+2A6E0 is not), letters are not
  * split by case, marks are not letters (a combining accent ends a word and
- * leads the next one), digits go in threes, and a whitespace run keeps its
- * last character for the next word. */
+ * leads the next one), digits go in threes, and a whitespace run without a
+ * newline is cut before its last character when more text follows. */
 #define SPLIT(...) ((const char *const[]){ __VA_ARGS__, NULL })
 static const char *const *const KIMI_SPLITS[] = {
     SPLIT("Hello", " World"),
