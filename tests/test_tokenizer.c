@@ -17,6 +17,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "model/gguf.h"
+#include "text/tok_internal.h"   /* tok__pretok_split: the words themselves */
 #include "text/tokenizer.h"
 
 #include <stdbool.h>
@@ -589,7 +590,8 @@ TEST(tok_bpe_pre_variants)
 
     static const char *const pres[] = {
         "qwen2", "qwen35", "deepseek-llm", "deepseek-coder", "deepseek-v3", "starcoder",
-        "falcon", "tekken", "gpt-4o", "bloom", "viking", "chatglm-bpe", "dbrx", "default",
+        "falcon", "tekken", "gpt-4o", "kimi-k2", "bloom", "viking", "chatglm-bpe", "dbrx",
+        "default",
     };
     for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++) {
         CHECK_OK(open_vocab(bpe_writer(NULL, pres[i]), &v));
@@ -597,6 +599,172 @@ TEST(tok_bpe_pre_variants)
                               "\xCE\xB1\xCE\xB2 \t\n\n  end  ");
         close_vocab(&v);
     }
+    check_no_leaks();
+}
+
+/* Kimi K2's words.  Each case lists the words of one text (the text is their
+ * concatenation) as llama.cpp at commit 34af94cd split it: its
+ * unicode_regex_split with the kimi-k2 pre-tokenizer's pattern, which runs
+ * llama.cpp's own splitter.  They pin that splitter's quirks: Han is its
+ * block list (々 〆 〇 ⺀ and U+30000 are letters, numbers or symbols like any
+ * other, unassigned U+FA6E is Han, unassigned U+2A6E0 is not), letters are not
+ * split by case, marks are not letters (a combining accent ends a word and
+ * leads the next one), digits go in threes, and a whitespace run without a
+ * newline is cut before its last character when more text follows. */
+#define SPLIT(...) ((const char *const[]){ __VA_ARGS__, NULL })
+static const char *const *const KIMI_SPLITS[] = {
+    SPLIT("Hello", " World"),
+    SPLIT("Hello", ",", " World", "!", " How's", " it", " going", "?"),
+    SPLIT("I'm", " here", ",", " you're", " there", ",", " they'LL", " come", ",", " we'VE",
+          " won"),
+    SPLIT("she'D", " go", ";", " IT'S", ";", " DON'T"),
+    SPLIT("'s", " '", "re", " '", "ve", " '", "m", " '", "ll", " '", "d", " '", "t"),
+    SPLIT("x's", "y", " x're", " x", "'l", " x", "'"),
+    SPLIT("don't", "'ve"),
+    SPLIT("''", "s"),
+    SPLIT("camelCase", " HTTPServer", " iPhone", " XMLHttpRequest"),
+    SPLIT("UPPER", " lower", " Title", " MiXeD"),
+    SPLIT("ǅungla", " ǈ", " ǲ"),
+    SPLIT("ΑΒΓ", " αβγ", " Ωmega", " ΣΊΣΥΦΟΣ"),
+    SPLIT("Привет", ",", " Мир", "!", " ЁЖИК", " ёжик"),
+    SPLIT("Ünïcödé", " naïve", " façade", " jalapeño"),
+    SPLIT("e", "\xCC\x81te", "\xCC\x81", " cafe", "\xCC\x81s"),
+    SPLIT("\xCC\x81\xCC\x81", "abc"),
+    SPLIT("a", "\xCC\x80\xCC\x81", "b"),
+    SPLIT("नमस", "\xE0\xA5\x8Dत", "\xE0\xA5\x87", " द", "\xE0\xA5\x81न", "\xE0\xA4\xBFय",
+          "\xE0\xA4\xBE"),
+    SPLIT("สว", "\xE0\xB8\xB1สด", "\xE0\xB8\xB5"),
+    SPLIT("中文字符测试"),
+    SPLIT("我爱北京天安门", "。"),
+    SPLIT("Hello", "世界"),
+    SPLIT("世界", "Hello"),
+    SPLIT("世界", " Hello", "!"),
+    SPLIT("中文", "English", "混合", "text", "测试"),
+    SPLIT("日本語", "のテキストです", "。カタカナとひらがな"),
+    SPLIT("東京", "タワーTokyo"),
+    SPLIT("한국어", " 텍스트입니다", ".", " 안녕하세요", "!"),
+    SPLIT("漢字", "한글かなABC", "123"),
+    SPLIT("々〆", "〇", "〻"),
+    SPLIT("⺀a", " ⼀", "中"),
+    SPLIT("㐀䶿", "䷀"),
+    SPLIT("豈\xEF\xA9\xAE丽"),
+    SPLIT("𠀀𪛖", "\xF0\xAA\x9B\xA0", "𪜀"),
+    SPLIT("𰀀", "\xF0\xAF\xA8\x9F", "\xF0\xAF\xA8\xA0"),
+    SPLIT("!", "中", " ", "中", "'s", " a", "中", "b"),
+    SPLIT("x", "中", "'ll"),
+    SPLIT("0"),
+    SPLIT("12"),
+    SPLIT("123"),
+    SPLIT("123", "4"),
+    SPLIT("123", "45"),
+    SPLIT("123", "456", "789", "0"),
+    SPLIT("3", ".", "141", "59", " ", "1", ",", "234", ",", "567", ".", "89"),
+    SPLIT("v", "1", ".", "2", ".", "3", "-beta", "4", " x", "1", "y", "22", "z", "333", "w", "444",
+          "4"),
+    SPLIT("٠١٢", "٣٤", " ", "१२३", "४", " ", "１２３", "４", " ", "①②③", "④", " ", "½¼", " ", "Ⅻⅻ"),
+    SPLIT("abc", "123", "def"),
+    SPLIT(" ", "123"),
+    SPLIT(" ", " ", "123"),
+    SPLIT("-", "123", " +", "1", " (", "555", ")", " ", "123", "-", "456", "7"),
+    SPLIT("!!!"),
+    SPLIT("...\n\n\n", "x"),
+    SPLIT("!\n", "!\n"),
+    SPLIT(" !!\n\n"),
+    SPLIT(" ", " !!"),
+    SPLIT(" ~~~", " a", "~b"),
+    SPLIT("@#$%^&*()_+-=[]{}|;:,./<>?"),
+    SPLIT("«guillemets", "»", " „", "Anführungs", "“", " —", "em", "–en"),
+    SPLIT("、。「」『』！？"),
+    SPLIT("¿Qué", " tal", "?", " ¡", "Hola", "!"),
+    SPLIT(" "),
+    SPLIT("   "),
+    SPLIT("\t\t"),
+    SPLIT("\n\n"),
+    SPLIT("\r\n\r\n"),
+    SPLIT(" \n", " "),
+    SPLIT("a", " \n", " b"),
+    SPLIT("a", "  \n", " ", " b"),
+    SPLIT("a", "\r\n", "b"),
+    SPLIT("a", "\r", "b"),
+    SPLIT("trailing", "   "),
+    SPLIT("trailing", "\t"),
+    SPLIT("  ", " leading"),
+    SPLIT("\tleading"),
+    SPLIT("a", "\xC2\xA0" "b", " ", "\xC2\xA0" "c"),
+    SPLIT("a", "\xE3\x80\x80" "b", "\xE3\x80\x80", "\xE3\x80\x80", "中文"),
+    SPLIT("a", "\xE2\x80\x83", "\xE2\x80\x83" "b"),
+    SPLIT("a", "\xC2\x85" "b"),
+    SPLIT("a", "\xE2\x80\xA8" "b"),
+    SPLIT("a", "\xE2\x80\x8B" "b", " a", "\xEF\xBB\xBF" "b"),
+    SPLIT("x", "\x0Bx", "\x0Cx"),
+    SPLIT("😀😀😀"),
+    SPLIT("Hello", " 😀", " World"),
+    SPLIT("👨\xE2\x80\x8D👩\xE2\x80\x8D👧", " family"),
+    SPLIT("🇪🇸🇫🇷"),
+    SPLIT("👍🏽", "ok"),
+    SPLIT("a", "😀b"),
+    SPLIT("❤\xEF\xB8\x8F✓"),
+    SPLIT("€", "100", " $", "5", " x", "²", "+y", "³", " ∑∫"),
+    SPLIT("def", " f", "(x", "):\n", "   ", " return", " x", "*", "2", "\n"),
+    SPLIT("if", " (", "a", " &&", " b", ")", " {", " return", ";", " }\n", "\tx", "++;\n"),
+    SPLIT("{\"", "key", "\":", " [", "1", ",", " ", "2", ",", " ", "3", "]}"),
+    SPLIT("http", "://", "example", ".com", "/path", "?q", "=", "1", "&r", "=", "2"),
+    SPLIT("Kimi", " K", "2", " ", "是一个强大的模型", "。It", " has", " ", "1", "T", " params", "!"),
+    SPLIT("x", "\x01y", "\x7F\xEE\x80\x80"),
+};
+
+/* The words of text[0..len) joined by '|', escaped, for messages. */
+static const char *words_str(const char *text, const tok__span *sp, size_t n)
+{
+    char buf[512];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + sp[i].len + 2 < sizeof buf; i++) {
+        if (i)
+            buf[k++] = '|';
+        memcpy(buf + k, text + sp[i].off, sp[i].len);
+        k += sp[i].len;
+    }
+    return esc(buf, k);
+}
+
+TEST(tok_pretok_kimi_k2)
+{
+    vocab v;
+    CHECK_OK(open_vocab(bpe_writer(NULL, "kimi-k2"), &v));
+    CHECK_STR(tok_pre_name(v.t), "kimi-k2");
+    CHECK(!tok_add_bos(v.t));
+    tok__scratch s = { 0 };
+    size_t n_cases = sizeof KIMI_SPLITS / sizeof KIMI_SPLITS[0], n_bad = 0;
+    for (size_t c = 0; c < n_cases; c++) {
+        char text[256];
+        tok__span want[64];
+        size_t len = 0, n_want = 0;
+        for (const char *const *w = KIMI_SPLITS[c]; *w; w++) {
+            size_t l = strlen(*w);
+            CHECK(len + l <= sizeof text && n_want < sizeof want / sizeof want[0]);
+            memcpy(text + len, *w, l);
+            want[n_want++] = (tok__span){ (uint32_t)len, (uint32_t)l };
+            len += l;
+        }
+        tok__span *got;
+        size_t n_got;
+        CHECK_OK(tok__pretok_split(v.t, &s, text, len, &got, &n_got));
+        bool same = n_got == n_want;
+        for (size_t i = 0; same && i < n_got; i++)
+            same = got[i].off == want[i].off && got[i].len == want[i].len;
+        if (!same) {
+            fprintf(stderr, "  case %zu: got %s\n           want %s\n", c,
+                    words_str(text, got, n_got), words_str(text, want, n_want));
+            n_bad++;
+        }
+    }
+    tok__scratch_free(&s);
+    if (n_bad)
+        FAIL("%zu of %zu kimi-k2 splits differ from llama.cpp's", n_bad, n_cases);
+    /* Words still go through the merges. */
+    ENC(v.t, "hello hello", false, false, B_HELLO, B_GHELLO);
+    check_round_trip(v.t, "Kimi K2 \xE6\x98\xAF\xE4\xB8\x80 camelCase it's 12345 \t\n\n  end  ");
+    close_vocab(&v);
     check_no_leaks();
 }
 

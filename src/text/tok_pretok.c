@@ -13,10 +13,14 @@
  *     by U+000B in the text before matching (so they never match there);
  *   - llama.cpp's own table of ASCII symbols lacks '~' (see RE_DEEPSEEK3).
  * Checked against llama.cpp's unicode_regex_split on random mixed-script
- * text for every pre-tokenizer below: identical splits.
+ * text for every pre-tokenizer below: identical splits.  The Unicode
+ * classes come from PCRE2's tables, so code points that llama.cpp's tables
+ * (Unicode 15.1 at 34af94cd) class otherwise can split differently: with
+ * PCRE2 10.42 (Unicode 14) the letters and digits added in 15.0 and 15.1.
  * llama.cpp replaces some patterns by hand-written code (the gpt2, llama3,
  * qwen2 and qwen35 ones); that code follows the regex semantics, which is
- * what PCRE2 gives us directly.
+ * what PCRE2 gives us directly.  Kimi K2's hand-written splitter departs
+ * from its pattern, so RE_KIMI_K2 is a pattern for what that code does.
  *
  * Matching uses JIT code when PCRE2 has it, with a match limit; a piece whose
  * match fails with an engine error (the limit) is kept whole rather than
@@ -131,6 +135,27 @@ static const char *const RE_GPT4O[] = {
     "\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n/]*|" WS_TAIL,
 };
 
+/* Kimi K2.  llama.cpp does not run the published pattern (tokenization_kimi.py)
+ * but its own splitter (unicode_regex_split_custom_kimi_k2), and its quirks
+ * are what a Kimi GGUF tokenizes by:
+ *   - "Han" is unicode_cpt_is_han's list of blocks (CJK Unified Ideographs,
+ *     Extensions A-F, the Compatibility Ideographs and their supplement),
+ *     unassigned code points in them included, not the Han script: radicals,
+ *     々, 〇 and Extensions G and later are not Han (they are letters,
+ *     symbols or numbers like any other), nor is the gap U+2A6E0-2A6FF;
+ *   - a word is any run of letters that are not Han: the pattern's upper-
+ *     then-lowercase split is not made ("camelCase" and "HTTPServer" stay
+ *     whole), and marks are not letters there, so a combining accent ends a
+ *     word (and leads the next one, as any non-letter may).
+ * "[^\P{L}HAN]" is PCRE2's spelling of the letters outside HAN, which it has
+ * no class intersection for. */
+#define HAN_K2 "\\x{3400}-\\x{4DBF}\\x{4E00}-\\x{9FFF}\\x{F900}-\\x{FAFF}\\x{20000}-\\x{2A6DF}" \
+               "\\x{2A700}-\\x{2EBEF}\\x{2F800}-\\x{2FA1F}"
+static const char *const RE_KIMI_K2[] = {
+    "[" HAN_K2 "]+|[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}" HAN_K2 "]+" CONTRACTIONS "?|"
+    "\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|" WS_TAIL,
+};
+
 #define RE_BLOOM_1 " ?[^(" WS "|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"
 static const char *const RE_BLOOM[] = { RE_BLOOM_1 };
 static const char *const RE_VIKING[] = { RE_BLOOM_1, "\\p{N}" };
@@ -169,6 +194,7 @@ static const pre_def PRE_DEFS[] = {
       RE(RE_STARCODER), 0 },
     { "falcon", NAMES("falcon"), RE(RE_FALCON), 0 },
     { "tekken", NAMES("tekken"), RE(RE_TEKKEN), TOK_PRE_IGNORE_MERGES | TOK_PRE_ADD_BOS },
+    { "kimi-k2", NAMES("kimi-k2"), RE(RE_KIMI_K2), 0 },
     { "gpt-4o", NAMES("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), RE(RE_GPT4O), 0 },
     { "bloom", NAMES("poro-chat", "bloom", "gpt3-finnish"), RE(RE_BLOOM), 0 },
     { "viking", NAMES("viking"), RE(RE_VIKING), 0 },
