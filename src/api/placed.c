@@ -160,6 +160,10 @@ static int rebuild_once(api_model *m, engine_exec **x)
     int rc = model_read_hparams(m->lm.file, &hp);
     if (!rc)
         rc = place_now(cfg, m, &hp, false, &pl, &plan, &here);
+    if (!rc)
+        rc_log(LOG_INFO, "model %s: placed again: %s over %d node%s", m->name,
+               here ? "alone" : pl.tensor ? "tensor parallel" : "layer ranges", pl.n_stages,
+               pl.n_stages == 1 ? "" : "s");
     if (!rc && here) {
         /* alone now: this node maps the whole model (a file pulled from a
          * peer is completed first) */

@@ -127,6 +127,25 @@ static void print_tables(json_t *s)
                    json_number_value(json_object_get(l, "rtt_ms")), bw);
         }
     }
+    /* the instances the asked node heads that were rebuilt after a node was lost */
+    size_t k;
+    json_t *m;
+    bool title = false;
+    json_array_foreach(json_object_get(s, "models"), k, m) {
+        json_t *rec = json_object_get(m, "recoveries"), *last = json_object_get(rec, "last");
+        if (json_integer_value(json_object_get(rec, "count")) + json_integer_value(json_object_get(rec, "failed")) == 0)
+            continue;
+        if (!title)
+            printf("\n%-24s %10s %6s %14s %9s  %s\n", "MODEL (rebuilt here)", "RECOVERIES", "FAILED",
+                   "TOKENS AGAIN", "LAST s", "LAST WHY");
+        title = true;
+        printf("%-24.24s %10lld %6lld %14lld %9.2f  %s\n", str(m, "name"),
+               (long long)json_integer_value(json_object_get(rec, "count")),
+               (long long)json_integer_value(json_object_get(rec, "failed")),
+               (long long)json_integer_value(json_object_get(rec, "tokens_replayed")),
+               json_number_value(json_object_get(last, "seconds")),
+               last ? str(last, "why") : "-");
+    }
     printf("\nleader %.8s (%s); %d of %d nodes up%s; L = leader, * = the node asked\n", leader,
            name_of(s, leader), (int)json_integer_value(json_object_get(s, "members_up")),
            (int)json_integer_value(json_object_get(s, "members")),

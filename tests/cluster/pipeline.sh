@@ -255,6 +255,9 @@ got=$(complete 10.77.0.1 "$P-n1" "${PROMPTS[0]}" 24)
 if [ "$got" = "${REF[0]}" ] && [ "$n_stages" = 3 ]; then
   ok "after the loss the instance runs on the 3 nodes left and answers the same"
 else bad "after the loss: $got ($n_stages stages)"; fi
+if ip netns exec "$P-n1" "$BIN" nodes --host 10.77.0.1 | grep -qE "^$MODEL +1 +0 "; then
+  ok "racimo nodes lists the instance's recovery"
+else bad "racimo nodes: $(ip netns exec "$P-n1" "$BIN" nodes --host 10.77.0.1 | tail -5)"; fi
 # the killed node comes back (so that the cluster keeps its majority of
 # members through the next faults: a minority places nothing)
 start_node "$victim" --join "$TOKEN" --peer 10.77.0.1
