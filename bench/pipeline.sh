@@ -61,12 +61,6 @@ cleanup() { ns_cleanup; rm -rf "$T"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-now_ms() { date +%s%3N; }
-wait_for() {
-  local end=$(( $(now_ms) + $1 * 1000 )); shift
-  while [ "$(now_ms)" -lt "$end" ]; do "$@" && return 0; sleep 0.1; done
-  return 1
-}
 
 # ---- namespaces ----
 ns_bridge

@@ -40,16 +40,8 @@ cleanup() { ns_cleanup; rm -rf "$T"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-now_ms() { date +%s%3N; }
 # stamp: each line of stdin prefixed with the time (ms) it arrived
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%s%3N)" "$line"; done; }
-wait_for() {
-  local end=$(( $(now_ms) + $1 * 1000 )); shift
-  while [ "$(now_ms)" -lt "$end" ]; do "$@" && return 0; sleep 0.1; done
-  return 1
-}
-view() { ip netns exec "$P-n$1" curl -s --max-time 2 "http://10.77.0.$1:8080/v1/cluster"; }
-n_up() { [ "$(view "$1" | jq '[.nodes[] | select(.state == "up")] | length')" = "$2" ]; }
 start_node() {
   local i=$1; shift
   ip netns exec "$P-n$i" "$BIN" serve --host "10.77.0.$i" --port 8080 --state-dir "$T/n$i" \

@@ -725,8 +725,10 @@ uint64_t model_decode_bytes(const model *m)
                 total += tensor_bytes(&all[i]);
         uint64_t experts = tensor_bytes(&L->gate_exps) + tensor_bytes(&L->up_exps) +
                            tensor_bytes(&L->down_exps);
+        /* a token runs n_expert_used of all n_expert experts; a shard holding
+         * a range of them runs that share of those on average */
         if (L->gate_exps.data)
-            total += experts / (uint64_t)L->gate_exps.ne[2] * (uint64_t)m->hp.n_expert_used;
+            total += experts / (uint64_t)m->hp.n_expert * (uint64_t)m->hp.n_expert_used;
     }
     if (m->last == m->hp.n_layer)
         total += tensor_bytes(&m->output) + tensor_bytes(&m->output_norm);

@@ -225,22 +225,6 @@ static void run(thread_pool *pool, mm_task *t, void *scratch)
     pool_run(pool, product_task, t);
 }
 
-void matmul(thread_pool *pool, const tensor *W, const float *X, int ldx, int n_rows,
-            float *Y, int ldy, int mode, void *scratch)
-{
-    mm_task t;
-    memset(&t, 0, sizeof t);
-    t.W = W;
-    t.X = X;
-    t.ldx = ldx;
-    t.n_rows = n_rows;
-    t.Y = Y;
-    t.ldy = ldy;
-    t.mode = mode;
-    t.n_mats = 1;
-    run(pool, &t, scratch);
-}
-
 void matmul_batched(thread_pool *pool, const tensor *W, int n_mats, const float *X, int ldx,
                     size_t x_step, int n_rows, float *Y, int ldy, size_t y_step, int mode,
                     void *scratch)
@@ -258,4 +242,10 @@ void matmul_batched(thread_pool *pool, const tensor *W, int n_mats, const float 
     t.x_step = x_step;
     t.y_step = y_step;
     run(pool, &t, scratch);
+}
+
+void matmul(thread_pool *pool, const tensor *W, const float *X, int ldx, int n_rows,
+            float *Y, int ldy, int mode, void *scratch)
+{
+    matmul_batched(pool, W, 1, X, ldx, 0, n_rows, Y, ldy, 0, mode, scratch);
 }

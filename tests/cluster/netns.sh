@@ -3,6 +3,22 @@
 # it with a veth pair each, on 10.77.0.0/24.  Nothing is added to the
 # machine's own network namespace, so only the test's namespaces and
 # loopback are ever contacted.  $P is the prefix of every namespace name.
+# Also the polling helpers every namespace script (tests/cluster, bench/)
+# uses: waiting on a condition, and a node's view of the cluster.
+
+now_ms() { date +%s%3N; }
+
+# wait_for SECONDS COMMAND...: polls until the command succeeds
+wait_for() {
+  local end=$(( $(now_ms) + $1 * 1000 )); shift
+  while [ "$(now_ms)" -lt "$end" ]; do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+
+# view I: node I's GET /v1/cluster (asked from inside its namespace, at 10.77.0.I:8080)
+view() { ip netns exec "$P-n$1" curl -s --max-time 2 "http://10.77.0.$1:8080/v1/cluster"; }
+# n_up I N: node I sees exactly N nodes up
+n_up() { [ "$(view "$1" | jq '[.nodes[] | select(.state == "up")] | length')" = "$2" ]; }
 
 ns_bridge() {
   ip netns add "$P-br"

@@ -54,15 +54,6 @@ trap 'exit 130' INT TERM
 
 ok()   { passed=$((passed+1)); echo "ok   $*"; }
 bad()  { failed=$((failed+1)); echo "FAIL $*"; }
-now_ms() { date +%s%3N; }
-wait_for() {
-  local end=$(( $(now_ms) + $1 * 1000 )); shift
-  while [ "$(now_ms)" -lt "$end" ]; do "$@" && return 0; sleep 0.1; done
-  return 1
-}
-
-view() { ip netns exec "$P-n$1" curl -s --max-time 2 "http://10.77.0.$1:8080/v1/cluster"; }
-n_up() { [ "$(view "$1" | jq '[.nodes[] | select(.state == "up")] | length')" = "$2" ]; }
 
 # start_node I [options...]: node I in namespace n$I with its own state dir
 # (prefix the command with PRE="prlimit --as=N" to limit it)

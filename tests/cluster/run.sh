@@ -47,17 +47,6 @@ trap 'exit 130' INT TERM
 ok()   { passed=$((passed+1)); echo "ok   $*"; }
 bad()  { failed=$((failed+1)); echo "FAIL $*"; }
 skip() { skipped=$((skipped+1)); echo "skip $*"; }
-now_ms() { date +%s%3N; }
-
-# wait_for SECONDS COMMAND...: polls until the command succeeds
-wait_for() {
-  local end=$(( $(now_ms) + $1 * 1000 )); shift
-  while [ "$(now_ms)" -lt "$end" ]; do "$@" && return 0; sleep 0.1; done
-  return 1
-}
-
-# view I: node I's GET /v1/cluster (asked from inside its namespace)
-view() { ip netns exec "$P-n$1" curl -s --max-time 2 "http://10.77.0.$1:8080/v1/cluster"; }
 id_of() { cat "$T/n$1/node.id"; }
 
 start_node() {  # I [options...]
@@ -76,8 +65,6 @@ stop_node() {  # I [signal]
 
 # state_in I ID: the state node I gives ID ("up", "down", or "" if absent)
 state_in() { view "$1" | jq -r --arg id "$2" '.nodes[] | select(.id == $id) | .state'; }
-# n_up I N: node I sees exactly N nodes up
-n_up() { [ "$(view "$1" | jq '[.nodes[] | select(.state == "up")] | length')" = "$2" ]; }
 all_see() {  # STATE ID NODES...: every node given sees ID in STATE
   local want=$1 id=$2; shift 2
   for i in "$@"; do [ "$(state_in "$i" "$id")" = "$want" ] || return 1; done
