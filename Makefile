@@ -112,6 +112,20 @@ run: deps
 	@[ -f $(MODEL) ] || ./$(BUILD)/racimo make-model --preset tiny --type Q8_0 -o $(MODEL)
 	./$(BUILD)/racimo serve -m $(MODEL) --port $(PORT)
 
+# racimo-hooks: the release binary whose `serve` also reads the e2e tests'
+# RACIMO_TEST_* variables (a node that misbehaves on purpose: another
+# protocol version, a hostile member).  Only src/cli/cmd_serve.c is built
+# again, with RACIMO_TEST_HOOKS; the library's test-only knobs are fields of
+# its config structs that the racimo binary never sets.
+$(BUILD)/hooks/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -DRACIMO_TEST_HOOKS -MMD -MP -c $< -o $@
+-include $(BUILD)/hooks/src/cli/cmd_serve.d
+HOOKS_CLI_OBJ := $(filter-out $(BUILD)/src/cli/cmd_serve.o,$(CLI_OBJ)) $(BUILD)/hooks/src/cli/cmd_serve.o
+
+$(BUILD)/racimo-hooks: $(HOOKS_CLI_OBJ) $(BUILD)/libracimo.a
+	$(CC) $(LDFLAGS) -o $@ $(HOOKS_CLI_OBJ) $(BUILD)/libracimo.a $(LDLIBS)
+
 test-unit: $(BUILD)/racimo_tests $(BUILD)/racimo
 	RACIMO_BIN=$(BUILD)/racimo $(BUILD)/racimo_tests $(T)
 
@@ -168,14 +182,14 @@ test-e2e: build/rel/racimo
 
 # test-cluster: real nodes in network namespaces on a bridge (needs root):
 # discovery, refusals, avahi-browse, SIGKILL and a cut link (tests/cluster).
-test-cluster: build/rel/racimo
-	@RACIMO_BIN=build/rel/racimo tests/cluster/run.sh
+test-cluster: build/rel/racimo build/rel/racimo-hooks
+	@RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/run.sh
 
 # test-pipeline: one model across 2-4 nodes in network namespaces (needs
 # root): same greedy text as one node, a killed stage node, weight pulls,
 # nodes under an address-space limit (tests/cluster/pipeline.sh).
-test-pipeline: build/rel/racimo
-	@RACIMO_BIN=build/rel/racimo tests/cluster/pipeline.sh
+test-pipeline: build/rel/racimo build/rel/racimo-hooks
+	@RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/pipeline.sh
 
 # bench-pipeline: one node against a 2-node pipeline over links emulated as
 # none / 10 GbE / 1 GbE (needs root; bench/pipeline.sh, see BENCHMARKS.md).

@@ -498,19 +498,18 @@ TEST_T(pipeline_deepseek2_expert_parallel, 120)
     json_decref(st);
     engine_free(e);
     /* a head that cuts shards the 1.2 way */
-    setenv("RACIMO_TEST_SHARD_CUT", "0", 1);
     pipeline_spec spec;
     memset(&spec, 0, sizeof spec);
     snprintf(spec.model, sizeof spec.model, "m4");
     spec.n_layer = 4; spec.n_embd = 256; spec.n_vocab = 512; spec.n_ctx = 64; spec.n_seq = 1;
     spec.n_batch = 8; spec.n_stages = 2; spec.tensor = true; spec.wire_f32 = true;
+    spec.test_old_cut = 1;
     snprintf(spec.stage[0].node, 33, "%s", cluster_self_id(a.c));
     snprintf(spec.stage[1].node, 33, "%s", cluster_self_id(b.c));
     spec.stage[0].last = spec.stage[1].last = 4;
     engine_exec *x = NULL;
     CHECK(pipeline_exec_new(a.p, &spec, 10000, NULL, NULL, &x) < 0);
     CHECK(strstr(rc_errmsg(), "cuts tensor-parallel shards another way") != NULL);
-    unsetenv("RACIMO_TEST_SHARD_CUT");
     lm_close(&head);
     lm_close(&whole);
     stop(&b);

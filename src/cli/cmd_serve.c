@@ -276,6 +276,17 @@ int cmd_serve(int argc, char **argv)
         cc.peers = peers;
         cc.n_peers = n_peers;
         cc.http_port = cfg.port;
+#ifdef RACIMO_TEST_HOOKS
+        /* racimo-hooks only (the e2e tests' misbehaving nodes): a node that
+         * speaks another protocol version */
+        const char *tp = getenv("RACIMO_TEST_PROTOCOL");
+        int tmaj, tmin;
+        if (tp && sscanf(tp, "%d.%d", &tmaj, &tmin) == 2 && tmaj > 0 && tmaj < 65536 &&
+            tmin >= 0 && tmin < 65536) {
+            cc.proto_major = tmaj;
+            cc.proto_minor = tmin;
+        }
+#endif
     }
     node_config nc;
     node_config_default(&nc);

@@ -666,14 +666,6 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
     if (c->cfg.forget_after_ms <= 0) c->cfg.forget_after_ms = def.forget_after_ms;
     c->major = cfg->proto_major > 0 ? cfg->proto_major : WIRE_PROTO_MAJOR;
     c->minor = cfg->proto_major > 0 ? cfg->proto_minor : WIRE_PROTO_MINOR;
-    /* for the end-to-end tests only: a process that speaks another version */
-    const char *tp = getenv("RACIMO_TEST_PROTOCOL");
-    int tmaj, tmin;
-    if (cfg->proto_major <= 0 && tp && sscanf(tp, "%d.%d", &tmaj, &tmin) == 2 && tmaj > 0 &&
-        tmaj < 65536 && tmin >= 0 && tmin < 65536) {
-        c->major = tmaj;
-        c->minor = tmin;
-    }
     c->t_start_ns = os_now_ns();
     if (pthread_mutex_init(&c->mu, NULL)) {
         rc_free(c);

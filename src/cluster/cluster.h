@@ -53,8 +53,8 @@ typedef struct {
     uint64_t max_memory;          /* most bytes this node offers to placement, published
                                      as hardware.mem_offer = min(mem_free, this); 0: all
                                      free memory (racimo serve --max-memory) */
-    int proto_major, proto_minor; /* 0: WIRE_PROTO_* (or $RACIMO_TEST_PROTOCOL "M.m",
-                                     for tests); tests set others */
+    int proto_major, proto_minor; /* 0: WIRE_PROTO_*; tests set others (racimo-hooks:
+                                     $RACIMO_TEST_PROTOCOL "M.m") */
 } cluster_config;
 
 void cluster_config_default(cluster_config *c);

@@ -272,12 +272,8 @@ static int send_setup(pipeline *p, head_exec *h, int k)
                           "n_embd", s->n_embd, "wire", s->wire_f32 ? "f32" : "f16", "next",
                           k + 1 < s->n_stages && !s->tensor ? s->stage[k + 1].node : "",
                           "n_stages", s->n_stages, "shards", shards);
-    /* RACIMO_TEST_SHARD_CUT: what a head of another revision sends (tests;
-     * 0 = none, as protocol 1.2) */
-    const char *tc = getenv("RACIMO_TEST_SHARD_CUT");
-    int cut = tc ? atoi(tc) : SHARD_CUT;
-    if (j && shards && cut > 0)
-        json_object_set_new(j, "cut", json_integer(cut));
+    if (j && shards && !s->test_old_cut)
+        json_object_set_new(j, "cut", json_integer(SHARD_CUT));
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!txt)

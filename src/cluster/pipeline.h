@@ -37,6 +37,8 @@ typedef struct {
                                  with each other, and shard 0 samples */
     int n_stages;
     pipeline_stage stage[PIPELINE_MAX_STAGES];
+    int test_old_cut;         /* tests only: 1 = send SETUP without "cut", as a head
+                                 of protocol 1.2 does */
 } pipeline_spec;
 
 /* Registers the pipeline's message handlers on a cluster (before

@@ -23,10 +23,12 @@
 #   resident memory near its share.
 #
 # Prints "N passed, N failed, N skipped" last.  Logs stay in
-# build/pipeline-e2e/.  Usage: tests/cluster/pipeline.sh (RACIMO_BIN).
+# build/pipeline-e2e/.  Usage: tests/cluster/pipeline.sh (RACIMO_BIN;
+# RACIMO_HOOKS_BIN: racimo-hooks, for the nodes that misbehave on purpose).
 set -u
 cd "$(dirname "$0")/../.."
 BIN=$(realpath "${RACIMO_BIN:-build/rel/racimo}")
+HOOKS_BIN=$(realpath "${RACIMO_HOOKS_BIN:-build/rel/racimo-hooks}")
 P=rp$$
 LOGS=build/pipeline-e2e
 passed=0 failed=0 skipped=0
@@ -56,13 +58,14 @@ ok()   { passed=$((passed+1)); echo "ok   $*"; }
 bad()  { failed=$((failed+1)); echo "FAIL $*"; }
 
 # start_node I [options...]: node I in namespace n$I with its own state dir
-# (prefix the command with PRE="prlimit --as=N" to limit it)
+# (prefix the command with PRE="prlimit --as=N" to limit it, NODE_BIN=... to
+# run another binary)
 start_node() {
   local i=$1; shift
   # the node's earlier runs stay in n$i.all for the logs
   [ -s "$T/n$i.out" ] && cat "$T/n$i.out" >>"$T/n$i.all"
   : >"$T/n$i.out"
-  ip netns exec "$P-n$i" ${PRE:-} "$BIN" serve --host "10.77.0.$i" --port 8080 \
+  ip netns exec "$P-n$i" ${PRE:-} "${NODE_BIN:-$BIN}" serve --host "10.77.0.$i" --port 8080 \
     --state-dir "$T/n$i" --name "node$i" --no-access-log -t 1 --down-after 1500 \
     --parallel 4 --ctx-size 512 "$@" >>"$T/n$i.out" 2>&1 &
   echo $! >"$T/n$i.pid"

@@ -15,10 +15,12 @@
 #
 # Prints "N passed, N failed, N skipped" last.  Logs stay in
 # build/cluster-e2e/.  Usage: tests/cluster/run.sh  (RACIMO_BIN overrides
-# the binary; DOWN_MS the down-after bound, default 3000).
+# the binary, RACIMO_HOOKS_BIN the one the misbehaving nodes run (racimo-hooks,
+# which reads RACIMO_TEST_*); DOWN_MS the down-after bound, default 3000).
 set -u
 cd "$(dirname "$0")/../.."
 BIN=$(realpath "${RACIMO_BIN:-build/rel/racimo}")
+HOOKS_BIN=$(realpath "${RACIMO_HOOKS_BIN:-build/rel/racimo-hooks}")
 DOWN_MS=${DOWN_MS:-3000}
 SLACK_MS=500                       # tick, scheduling and clock slack over the bound
 P=rc$$
@@ -32,7 +34,9 @@ fi
 for tool in curl jq; do
   command -v $tool >/dev/null || { echo "cluster e2e: $tool missing (scripts/install-deps.sh)"; echo "0 passed, 1 failed"; exit 1; }
 done
-[ -x "$BIN" ] || { echo "cluster e2e: $BIN not built"; echo "0 passed, 1 failed"; exit 1; }
+for b in "$BIN" "$HOOKS_BIN"; do
+  [ -x "$b" ] || { echo "cluster e2e: $b not built"; echo "0 passed, 1 failed"; exit 1; }
+done
 
 T=$(mktemp -d /tmp/racimo-cluster.XXXXXX)
 source tests/cluster/netns.sh
@@ -49,10 +53,10 @@ bad()  { failed=$((failed+1)); echo "FAIL $*"; }
 skip() { skipped=$((skipped+1)); echo "skip $*"; }
 id_of() { cat "$T/n$1/node.id"; }
 
-start_node() {  # I [options...]
+start_node() {  # I [options...]   (NODE_BIN=... to run another binary)
   local i=$1; shift
   : >"$T/n$i.out"
-  ip netns exec "$P-n$i" "$BIN" serve --host "10.77.0.$i" --port 8080 --state-dir "$T/n$i" \
+  ip netns exec "$P-n$i" "${NODE_BIN:-$BIN}" serve --host "10.77.0.$i" --port 8080 --state-dir "$T/n$i" \
     --name "node$i" --no-access-log -t 1 --down-after "$DOWN_MS" "$@" >"$T/n$i.out" 2>&1 &
   echo $! >"$T/n$i.pid"
   wait_for 15 grep -q "listening on" "$T/n$i.out" || { cat "$T/n$i.out"; return 1; }
@@ -163,7 +167,7 @@ stop_node 5
 # ---- a node of this cluster that speaks another protocol version is refused,
 # with a message naming both versions (on both sides), not split off ----
 rm -rf "$T/n5"; mkdir -p "$T/n5/models"; cp "$T/n1/bench.json" "$T/n5/"; cp "$T/tiny.gguf" "$T/n5/models/"
-RACIMO_TEST_PROTOCOL=2.0 start_node 5 --join "$TOKEN"
+NODE_BIN=$HOOKS_BIN RACIMO_TEST_PROTOCOL=2.0 start_node 5 --join "$TOKEN"
 id5=$(id_of 5)
 if wait_for 10 grep -q "speaks racimo cluster protocol 1\.[0-9]*, this node 2.0" "$T/n5.out" && \
    wait_for 5 grep -q "refused .*10.77.0.5.*speaks racimo cluster protocol 2.0, this node 1\.[0-9]*" "$T/n1.out" && \
