@@ -453,7 +453,7 @@ static void start_gen(api_job *j)
 /* The model is loaded, failed, or still loading. */
 static void model_ready(api_job *j)
 {
-    char err[256];
+    char err[512];
     int st = registry_state(j->srv->reg, j->model, err, sizeof err);
     if (st == MODEL_READY) {
         j->waiting_load = false;

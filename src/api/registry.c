@@ -360,9 +360,14 @@ static void *loader_thread(void *arg)
     uint64_t t0 = os_now_ns();
     rc_log(LOG_INFO, "loading model %s from %s", m->name, m->path);
     int rc = load_model(r, m);
-    char msg[256] = "";
+    char msg[512] = "";
     if (rc) {
-        snprintf(msg, sizeof msg, "%s", rc_errmsg());
+        /* until it is placed again, the errors name the node it lost */
+        if (m->lost && m->lost_why[0])
+            snprintf(msg, sizeof msg, "%s; and it cannot be placed again: %s", m->lost_why,
+                     rc_errmsg());
+        else
+            snprintf(msg, sizeof msg, "%s", rc_errmsg());
         rc_log(LOG_ERROR, "model %s failed to load: %s", m->name, msg);
         unload(m);
     } else {
@@ -372,6 +377,8 @@ static void *loader_thread(void *arg)
     pthread_mutex_lock(&r->mu);
     m->state = rc ? MODEL_FAILED : MODEL_READY;
     m->replacing = false;
+    if (!rc)
+        m->lost = false;
     snprintf(m->error, sizeof m->error, "%s", msg);
     m->load_s = (double)(os_now_ns() - t0) * 1e-9;
     m->t_loaded_ns = m->t_used_ns = os_now_ns();
@@ -402,6 +409,11 @@ int registry_load(api_registry *r, api_model *m)
 {
     pthread_mutex_lock(&r->mu);
     if (m->state == MODEL_READY && m->eng && engine_broken(m->eng) && !m->replacing) {
+        if (!m->lost && m->plan && r->cfg.cluster) {
+            m->lost = true;
+            m->lost_came_up = cluster_came_up(r->cfg.cluster);
+            engine_fault(m->eng, m->lost_why, sizeof m->lost_why);
+        }
         if (m->loader_started) {
             pthread_join(m->loader, NULL);
             m->loader_started = false;
@@ -431,6 +443,46 @@ int registry_load(api_registry *r, api_model *m)
     int state = m->state;
     pthread_mutex_unlock(&r->mu);
     return state;
+}
+
+/* A node that comes up is first a link; its memory and models follow in
+ * its state a moment later, so a placement is tried for a while. */
+#define RETRY_WINDOW_NS (15ull * 1000000000ull)
+#define RETRY_EVERY_NS (1000ull * 1000000ull)
+
+void registry_retry_lost(api_registry *r)
+{
+    if (!r->cfg.cluster)
+        return;
+    uint64_t ups = cluster_came_up(r->cfg.cluster), now = os_now_ns();
+    api_model *todo[64];
+    int n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n_models && n < 64; i++) {
+        api_model *m = r->models[i];
+        bool broken = m->state == MODEL_READY && m->eng && engine_broken(m->eng);
+        if (broken && !m->lost && m->plan) {
+            m->lost = true;            /* from now on, a node that comes up is news */
+            m->lost_came_up = ups;
+            engine_fault(m->eng, m->lost_why, sizeof m->lost_why);
+        }
+        if (!m->lost || !(broken || m->state == MODEL_FAILED))
+            continue;
+        if (m->lost_came_up != ups) {
+            m->lost_came_up = ups;
+            m->retry_until_ns = now + RETRY_WINDOW_NS;
+            m->retry_next_ns = now;
+        }
+        if (now < m->retry_until_ns && now >= m->retry_next_ns) {
+            m->retry_next_ns = now + RETRY_EVERY_NS;
+            todo[n++] = m;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    for (int i = 0; i < n; i++) {
+        rc_log(LOG_INFO, "model %s: a node came up; placing the lost instance again", todo[i]->name);
+        registry_load(r, todo[i]);
+    }
 }
 
 void registry_load_initial(api_registry *r)

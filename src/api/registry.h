@@ -46,7 +46,7 @@ typedef struct api_model {
     bool preload;              /* given with -m: loads at start */
     struct api_registry *reg;
     int state;                 /* enum model_state (registry mutex) */
-    char error[256];           /* why the last load failed */
+    char error[512];           /* why the last load failed */
     uint64_t t_loaded_ns;      /* when it became READY */
     double load_s;             /* seconds the load took */
     /* READY: */
@@ -77,6 +77,12 @@ typedef struct api_model {
     bool work, stop;
     pthread_t loader;
     bool loader_started;
+    /* it was placed across nodes and lost one it could not do without:
+     * placed again by itself when nodes come up (registry_retry_lost) */
+    bool lost;
+    char lost_why[200];        /* the fault, for the errors until it is placed again */
+    uint64_t lost_came_up;     /* cluster_came_up() at the last retry */
+    uint64_t retry_until_ns, retry_next_ns;
 } api_model;
 
 typedef struct {
@@ -140,6 +146,12 @@ int registry_unload(api_registry *r, api_model *m);
 /* Unloads READY models idle (no request) for idle_s seconds or more;
  * idle_s <= 0 does nothing.  Call it periodically. */
 void registry_unload_idle(api_registry *r, int idle_s);
+
+/* Models whose instance lost a node and could not be placed again are
+ * tried again, for a while, after a node comes up (a join, a return):
+ * without a request, so that the next one finds them ready.  Called
+ * often (the server's tick); cheap when nothing moved. */
+void registry_retry_lost(api_registry *r);
 
 /* Submits to a READY model's engine and wakes its thread; engine_submit's
  * return. */

@@ -326,7 +326,7 @@ static int instances(api_server *s, struct evhttp_request *req, bool stop, const
             return 200;
         }
     } else {
-        char err[256] = "";
+        char err[512] = "";
         registry_load(s->reg, m);
         int st = registry_state(s->reg, m, err, sizeof err);
         status = st == MODEL_READY ? 200 : st == MODEL_FAILED ? 500 : 202;
@@ -534,6 +534,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     fwd_tick(s);
     publish_serving(s);
     registry_unload_idle(s->reg, s->cfg.idle_unload_s);
+    registry_retry_lost(s->reg);
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)

@@ -24,6 +24,7 @@
 #include "base/os.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -208,6 +209,7 @@ static void update_membership(struct cluster *c, uint64_t now)
             continue;
         pthread_mutex_lock(&c->mu);
         n->up = up;
+        c->n_came_up += up;
         if (!up) {
             n->down_since_ns = now;
             n->rtt_ms = n->bw_mbps = 0;
@@ -875,6 +877,35 @@ bool cluster_has_quorum(struct cluster *c)
     bool q = 2 * up > members;
     pthread_mutex_unlock(&c->mu);
     return q;
+}
+
+void cluster_node_label(struct cluster *c, const char *id, char *out, size_t cap)
+{
+    char name[CL_NAME_LEN] = "";
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n_nodes; i++)
+        if (!strcmp(c->nodes[i]->id_hex, id)) {
+            /* a peer chose it: only the characters a name needs reach a log */
+            size_t k = 0;
+            for (const char *p = c->nodes[i]->name; *p && k + 1 < sizeof name; p++)
+                if (isalnum((unsigned char)*p) || strchr("._-", *p))
+                    name[k++] = *p;
+            name[k] = 0;
+            break;
+        }
+    pthread_mutex_unlock(&c->mu);
+    if (name[0])
+        snprintf(out, cap, "%.8s (%s)", id, name);
+    else
+        snprintf(out, cap, "%.8s", id);
+}
+
+uint64_t cluster_came_up(struct cluster *c)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t n = c->n_came_up;
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 const char *cluster_join_token(const struct cluster *c) { return c->token; }

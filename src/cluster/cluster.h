@@ -105,6 +105,14 @@ void cluster_set_serving(struct cluster *c, const char *const *names, const int 
  * (the partition rule: only such a side may place or restart instances). */
 bool cluster_has_quorum(struct cluster *c);
 
+/* "ID8 (name)" of a node of the view, for messages (the name filtered to
+ * [A-Za-z0-9._-]); "ID8" when it has none. */
+void cluster_node_label(struct cluster *c, const char *id, char *out, size_t cap);
+
+/* How many times a node of the view has come up (a join, a return): what
+ * failed to place may fit now when it moves. */
+uint64_t cluster_came_up(struct cluster *c);
+
 /* ---- for the data plane (pipeline inference) ---- */
 
 /* Called on the cluster thread with each complete message of a data-plane

@@ -200,7 +200,7 @@ static int shard_take(stage_inst *si, int q, int kind, uint64_t seq, int n_rows,
         if (!si->pq_head[q])
             si->pq_tail[q] = NULL;
     }
-    char why[200] = "";
+    char why[256] = "";
     if (!m)
         snprintf(why, sizeof why, "%s", si->stop ? "the shard was stopped"
                                    : si->peer_down ? si->peer_why

@@ -60,6 +60,8 @@ static void on_down(void *ud, const char *node)
     pipeline *p = ud;
     if (p->w)
         weights_on_node_down(p->w, node);
+    char who[96];
+    cluster_node_label(p->c, node, who, sizeof who);
     pthread_mutex_lock(&p->mu);
     for (head_exec *h = p->execs; h; h = h->next) {
         int k = pl__stage_of(h, node);
@@ -68,11 +70,11 @@ static void on_down(void *ud, const char *node)
         h->broken = true;
         if (h->spec.tensor)
             snprintf(h->broken_why, sizeof h->broken_why,
-                     "node %.8s, which ran shard %d of %d of %.64s, is down", node, k,
+                     "node %s, which ran shard %d of %d of %.64s, is down", who, k,
                      h->spec.n_stages, h->spec.model);
         else
             snprintf(h->broken_why, sizeof h->broken_why,
-                     "node %.8s, which ran stage %d (layers %d-%d) of %.64s, is down", node, k,
+                     "node %s, which ran stage %d (layers %d-%d) of %.64s, is down", who, k,
                      h->spec.stage[k].first, h->spec.stage[k].last - 1, h->spec.model);
         rc_log(LOG_WARN, "pipeline: %s", h->broken_why);
         pthread_cond_broadcast(&h->cv);
@@ -81,8 +83,8 @@ static void on_down(void *ud, const char *node)
         for (int q = 0; q < si->n_ranks; q++)
             if (q != si->rank && !strcmp(si->peers[q], node) && !si->peer_down) {
                 si->peer_down = true;
-                snprintf(si->peer_why, sizeof si->peer_why, "node %.8s, which ran shard %d of "
-                         "%.64s, is down", node, q, si->model_name);
+                snprintf(si->peer_why, sizeof si->peer_why, "node %s, which ran shard %d of "
+                         "%.64s, is down", who, q, si->model_name);
                 pthread_cond_signal(&si->cv);
             }
     for (stage_inst *si = p->stages; si; si = si->next)

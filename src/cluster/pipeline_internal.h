@@ -115,7 +115,7 @@ typedef struct stage_inst {
     uint64_t forward_ns;      /* time in forward passes (waits included) */
     uint64_t run_ns;          /* time running batch messages (forward, sampling, sends) */
     bool peer_down;
-    char peer_why[160];
+    char peer_why[256];
     float *parts;             /* [n_ranks][n_batch][n_embd] the others' parts */
     uint8_t *pbuf;
     size_t plen, pcap;

@@ -77,6 +77,7 @@ struct engine {
     void *rebuild_ud;
     bool dead;               /* a rebuild failed: broken for good */
     char dead_why[256];
+    char fault_why[200];     /* the fault a failed rebuild followed */
     group *groups;
     slot *slots;
     /* the batch being built */
@@ -287,6 +288,13 @@ bool engine_broken(engine *e)
     bool b = e->dead || (!e->rebuild && e->x->broken && e->x->broken(e->x));
     pthread_mutex_unlock(&e->mu);
     return b;
+}
+
+void engine_fault(engine *e, char *out, size_t cap)
+{
+    pthread_mutex_lock(&e->mu);
+    snprintf(out, cap, "%s", e->dead ? e->fault_why : "");
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* The executor while a rebuild runs, and after one failed: takes nothing. */
@@ -519,6 +527,7 @@ static int recover(engine *e, const char *why)
         pthread_mutex_unlock(&e->mu);
         e->dead = true;
         snprintf(e->dead_why, sizeof e->dead_why, "%s", msg);
+        snprintf(e->fault_why, sizeof e->fault_why, "%s", reason);
         for (int i = 0; i < e->p.n_seq; i++) {
             slot *s = &e->slots[i];
             s->n_tokens = 0;

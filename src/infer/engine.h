@@ -127,6 +127,10 @@ void engine_wake(engine *e);
  * and could not be rebuilt: the model must be placed again.  Any thread. */
 bool engine_broken(engine *e);
 
+/* The fault (a lost node) after which a rebuild failed, or "" (any
+ * thread): what a request gets told until the model is placed again. */
+void engine_fault(engine *e, char *out, size_t cap);
+
 /* Surviving a fault.  When the executor breaks with requests running, the
  * engine calls `rebuild` on its own thread (it may take long: a new plan,
  * weights to load); on success *out is a new executor for the same model

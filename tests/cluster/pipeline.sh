@@ -193,13 +193,13 @@ wait_for 20 n_up 1 4
 complete 10.77.0.1 "$P-n1" "${PROMPTS[0]}" 4 >/dev/null   # the 4-stage instance again
 
 # ---- a stage node dies mid-stream: the streams go on, unchanged ----
-# stream_req HOST NS PROMPT SAMPLED OUT: a streamed completion of 300
-# tokens, greedy or sampled with a seed, its raw SSE into OUT
+# stream_req HOST NS PROMPT SAMPLED OUT [N]: a streamed completion of N
+# (300) tokens, greedy or sampled with a seed, its raw SSE into OUT
 stream_req() {
   local body
   if [ "$4" = 1 ]; then body="\"temperature\":0.8,\"top_k\":40,\"seed\":77"; else body="\"temperature\":0"; fi
   ip netns exec "$2" curl -sN --max-time 180 "http://$1:8080/v1/completions" \
-    -d "{\"model\":\"$MODEL\",\"prompt\":\"$3\",\"max_tokens\":300,\"ignore_eos\":true,\"stream\":true,$body}" >"$5"
+    -d "{\"model\":\"$MODEL\",\"prompt\":\"$3\",\"max_tokens\":${6:-300},\"ignore_eos\":true,\"stream\":true,$body}" >"$5"
 }
 # sse_text FILE: the text of a completion stream, and "ERROR" for an error event
 sse_text() { grep '^data: {' "$1" | sed 's/^data: //' | jq -j 'if .error then "ERROR" else .choices[0].text end'; }
@@ -447,6 +447,56 @@ else bad "limited nodes: got $got want $want, stages $stages, alone $alone"; fi
 if [ "$stages" = 2 ] && [ "$hwm1" -lt $(( size * 70 / 100 )) ] && [ "$hwm2" -lt $(( size * 70 / 100 )) ]; then
   ok "each node's peak resident memory stays under 70% of the model (its share and KV cache)"
 else bad "peak RSS $hwm1 / $hwm2 of $size"; fi
+
+# ---- the nodes left cannot hold the model: the streams end naming the
+# lost node, nothing hangs; a node that joins with the memory brings the
+# instance back by itself ----
+for i in 3 4; do
+  stop_node "$i" KILL 2>/dev/null
+  rm -f "$T/n$i/cluster.key" "$T/n$i/node.id" "$T/n$i/peers.json" "$T/n$i/models/"*
+done
+# a member without room for a share (so that 2 of 3 keep a quorum)
+start_node 3 --join "$TOKEN" --peer 10.77.0.1 --max-memory 64M
+wait_for 20 n_up 1 3 || bad "node 3 joins the limited nodes"
+pids=()
+# (200 tokens: the limited nodes hold 256 per sequence)
+for k in 0 1; do stream_req 10.77.0.1 "$P-n1" "${FPROMPTS[$k]}" $k "$T/lost$k" 200 & pids+=($!); done
+wait_for 60 sh -c "[ \$(grep -c '^data: {' $T/lost0 2>/dev/null) -ge 5 ]"
+t0=$(now_ms)
+stop_node 2 KILL
+wait "${pids[@]}"
+dt=$(( $(now_ms) - t0 ))
+ended=0
+for k in 0 1; do
+  # tokens first, then one error event naming the lost node
+  [ "$(grep '^data: {' "$T/lost$k" | grep -vc '"error"')" -ge 3 ] &&
+    grep '^data: {' "$T/lost$k" | tail -n 1 | sed 's/^data: //' | jq -r '.error.message // empty' |
+      grep -q "node2" &&
+    ended=$((ended+1))
+done
+if [ "$ended" = 2 ] && [ "$dt" -lt 60000 ]; then
+  ok "the nodes left cannot hold the model: both streams end after $dt ms with an error naming the lost node"
+else bad "lost node, no room: $ended of 2 streams end naming node2 after $dt ms: $(tail -n 2 "$T/lost0")"; fi
+t0=$(now_ms)
+msg=$(complete 10.77.0.1 "$P-n1" "hello world" 12)
+dt=$(( $(now_ms) - t0 ))
+echo "  a new request meanwhile: $msg ($dt ms)"
+if grep -q "node2.*does not fit" <<<"$msg" && [ "$dt" -lt 30000 ]; then
+  ok "a new request meanwhile is refused, naming the lost node and saying the model does not fit the nodes left"
+else bad "a request without room: $msg after $dt ms"; fi
+# a node with the memory joins: node 1 places the instance again without
+# being asked, and the next request is answered as before
+ln "$T/big.gguf" "$T/n4/models/big.gguf"
+start_node 4 --join "$TOKEN" --peer 10.77.0.1 --parallel 2 --ctx-size 256
+wait_for 20 n_up 1 3 || bad "node 4 joins"
+big_loaded() { view 1 | jq -e '.models[] | select(.name == "big" and .state == "loaded")' >/dev/null; }
+if wait_for 120 grep -q "model big: a node came up; placing the lost instance again" "$T/n1.out" &&
+   wait_for 120 big_loaded; then
+  ok "a node with room joins: the lost instance is placed again by itself"
+else bad "no placement after node 4 joined: $(grep 'model big' "$T/n1.out" | tail -n 3)"; fi
+got=$(complete 10.77.0.1 "$P-n1" "hello world" 12)
+[ "$got" = "$want" ] && ok "the next request is answered with the same text" ||
+  bad "after node 4 joined: $got, want $want"
 
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
