@@ -585,6 +585,9 @@ TEST_T(pipeline_plan_nodes_only, 120)
     uint32_t inst = (uint32_t)json_integer_value(
         json_object_get(json_array_get(json_object_get(st, "instances"), 0), "instance"));
     json_decref(st);
+    /* B knows what A's plan holds (forward.c caps A's claimed slots by it) */
+    CHECK_INT(pipeline_plan_slots(b.p, ida, "m4"), ==, 4);
+    CHECK_INT(pipeline_plan_slots(b.p, idc, "m4"), ==, 0);
 
     const int E = whole.m->hp.n_embd;
     log_begin();

@@ -286,6 +286,10 @@ int cmd_serve(int argc, char **argv)
             cc.proto_major = tmaj;
             cc.proto_minor = tmin;
         }
+        /* ... and one that claims this many sequence slots, all free */
+        const char *fs = getenv("RACIMO_TEST_FAKE_SLOTS");
+        if (fs && atoi(fs) > 0)
+            cc.test_fake_slots = atoi(fs);
 #endif
     }
     node_config nc;

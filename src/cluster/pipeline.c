@@ -294,6 +294,18 @@ json_t *pipeline_status(pipeline *p)
     return json_pack("{s:o, s:o}", "instances", heads, "stages", stages);
 }
 
+int pipeline_plan_slots(pipeline *p, const char *head, const char *model_name)
+{
+    int n = 0;
+    pthread_mutex_lock(&p->mu);
+    for (stage_inst *si = p->stages; si; si = si->next)
+        if (!si->stop && !si->done && !strcmp(si->head, head) &&
+            !strcmp(si->model_name, model_name) && si->n_seq > n)
+            n = si->n_seq;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 void pipeline_traffic(pipeline *p, uint64_t *bytes_out, uint64_t *msgs_out)
 {
     *bytes_out = atomic_load(&p->bytes_out);

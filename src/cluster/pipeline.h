@@ -69,6 +69,11 @@ void pipeline_set_weights(pipeline *p, struct weights *w);
  * failed); the engine keeps running but every batch fails. */
 bool pipeline_exec_broken(engine_exec *x);
 
+/* The sequence slots of the instance of `model_name` that node `head` set up
+ * with a stage on this node (the most, if several), or 0 when this node
+ * runs none: what that head's plan can hold, whatever it claims. */
+int pipeline_plan_slots(pipeline *p, const char *head, const char *model_name);
+
 /* Instances this node heads and stages it runs, for GET /v1/cluster. */
 json_t *pipeline_status(pipeline *p);
 

@@ -85,13 +85,15 @@ enum { ENC_NONE = 0, ENC_F16 = 1, ENC_F32 = 2 };
  * thread and a KV cache, so a member cannot pile them up. */
 #define STAGES_PER_HEAD 32
 #define STAGES_MAX 128
-/* Messages waiting for a stage's worker, per queue (the batches; the parts
- * from each peer shard).  An honest head keeps at most one batch per group
- * in flight (16 groups at most) and a shard is at most two parts ahead of
- * another, so only a flood fills them; past the bytes bound a message is
- * refused unless the queue is empty (one message always fits). */
+/* Messages waiting for a stage's worker, per queue (the batches, which
+ * only the node before may send; the parts from each peer shard).  An
+ * honest head keeps at most one batch per group in flight (16 groups at
+ * most) and a shard is at most two parts ahead of another, so only a flood
+ * fills them (before these bounds a flood grew the queue without end).
+ * Past the bytes bound a message is refused unless the queue is empty: one
+ * message always fits. */
 #define QUEUE_MAX_MSGS 64
-#define QUEUE_MAX_BYTES (256u << 20)
+#define QUEUE_MAX_BYTES ((size_t)1 << 30)
 
 typedef struct msg {
     struct msg *next;

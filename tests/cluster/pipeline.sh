@@ -20,7 +20,10 @@
 #   a model larger than each node's address-space limit (RLIMIT_AS, ~65% of
 #   the model) fails on one node and runs across two, the second node
 #   pulling only its layers' bytes from the first, each node's peak
-#   resident memory near its share.
+#   resident memory near its share;
+#   a member claiming 10000 free slots (racimo-hooks) is counted at 256 and
+#   takes turns with an honest copy instead of getting every request that
+#   a busy node forwards, and every request is answered.
 #
 # Prints "N passed, N failed, N skipped" last.  Logs stay in
 # build/pipeline-e2e/.  Usage: tests/cluster/pipeline.sh (RACIMO_BIN;
@@ -447,6 +450,37 @@ else bad "limited nodes: got $got want $want, stages $stages, alone $alone"; fi
 if [ "$stages" = 2 ] && [ "$hwm1" -lt $(( size * 70 / 100 )) ] && [ "$hwm2" -lt $(( size * 70 / 100 )) ]; then
   ok "each node's peak resident memory stays under 70% of the model (its share and KV cache)"
 else bad "peak RSS $hwm1 / $hwm2 of $size"; fi
+
+# ---- a member that claims 10000 free slots gets no more than its share ----
+# node 1 (1 slot) forwards what it cannot start to the copies on node 2
+# (2 slots, honest) and node 3 (racimo-hooks: claims 10000 slots, all
+# free): each node's view caps a node's free slots at its slots and those
+# at 256, and node 1 takes the copies with a slot free in turn, counting
+# its own requests running there
+MODEL=m8
+for i in 1 2; do stop_node "$i" 2>/dev/null; rm -f "$T/n$i/cluster.key" "$T/n$i/node.id" "$T/n$i/peers.json"; done
+rm -f "$T/n3/cluster.key" "$T/n3/node.id" "$T/n3/peers.json"
+start_node 1 --parallel 1 -m "$T/n1/models/$MODEL.gguf"
+TOKEN=$("$BIN" token --state-dir "$T/n1")
+start_node 2 --join "$TOKEN" --peer 10.77.0.1 --parallel 2 -m "$T/n2/models/$MODEL.gguf"
+RACIMO_TEST_FAKE_SLOTS=10000 NODE_BIN=$HOOKS_BIN start_node 3 --join "$TOKEN" --peer 10.77.0.1 \
+  --parallel 2 -m "$T/n3/models/$MODEL.gguf"
+id2=$(cat "$T/n2/node.id") id3=$(cat "$T/n3/node.id")
+serving() { view 1 | jq -e --arg a "$id2" --arg b "$id3" --arg m "$MODEL" \
+  '[.nodes[] | select((.id == $a or .id == $b) and (.serving | index($m)))] | length == 2' >/dev/null; }
+wait_for 30 eval 'n_up 1 3 && serving' || bad "three nodes up, nodes 2 and 3 serving $MODEL"
+caps=$(view 1 | jq -c --arg b "$id3" --arg m "$MODEL" '.nodes[] | select(.id == $b) | [.serving_free[$m], .serving_slots[$m]]')
+pids=()
+for k in $(seq 12); do complete 10.77.0.1 "$P-n1" "${PROMPTS[0]}" 24 >"$T/slots$k" & pids+=($!); done
+wait "${pids[@]}"
+answered=0
+for k in $(seq 12); do [ "$(cat "$T/slots$k")" = "${REF[0]}" ] && answered=$((answered+1)); done
+to2=$(grep -c "forward: /v1/completions for $MODEL to node ${id2:0:8}" "$T/n1.out")
+to3=$(grep -c "forward: /v1/completions for $MODEL to node ${id3:0:8}" "$T/n1.out")
+echo "  forwarded to the honest node: $to2, to the one claiming 10000 slots: $to3 (its free and slots in node 1's view: $caps)"
+if [ "$answered" = 12 ] && [ "$caps" = "[256,256]" ] && [ "$to2" -ge 2 ] && [ "$to3" -lt $((to2 + to3)) ]; then
+  ok "a member claiming 10000 free slots is counted at 256 and gets a turn, not every forwarded request; all 12 answered with one node's text"
+else bad "fake slots: $answered of 12 answered; forwarded $to2 to the honest node, $to3 to the liar; its slots in the view $caps"; fi
 
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
