@@ -286,7 +286,7 @@ static int send_setup(pipeline *p, head_exec *h, int k)
                           "n_stages", s->n_stages, "shards", shards);
     if (j && shards && !s->test_old_cut)
         json_object_set_new(j, "cut", json_integer(SHARD_CUT));
-    /* (1.4) who feeds stage k its batches: it takes them from no one else */
+    /* who feeds stage k its batches: it takes them from no one else */
     if (j && k > 0 && !s->tensor)
         json_object_set_new(j, "prev", json_string(s->stage[k - 1].node));
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;

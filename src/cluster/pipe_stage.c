@@ -572,8 +572,7 @@ static const char *setup_check(json_int_t index, json_int_t n_stages, json_int_t
         }
     } else if (index > 0 && !(prev && is_node_id(prev))) {
         /* without it any node could feed this stage batches */
-        return "stage > 0 without the previous stage's node (\"prev\", protocol 1.4): "
-               "update the head's racimo";
+        return "a stage after the first without the previous stage's node (\"prev\")";
     }
     return NULL;
 }

@@ -234,6 +234,11 @@ void pipeline_stop(pipeline *p)
         struct timespec ts = { 0, 5000000L };
         nanosleep(&ts, NULL);
     }
+    /* (it sends through the cluster, which is freed next) */
+    if (p->inject_started) {
+        pthread_join(p->inject, NULL);
+        p->inject_started = false;
+    }
 }
 
 void pipeline_free(pipeline *p)

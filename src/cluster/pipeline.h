@@ -77,6 +77,11 @@ int pipeline_plan_slots(pipeline *p, const char *head, const char *model_name);
 /* Instances this node heads and stages it runs, for GET /v1/cluster. */
 json_t *pipeline_status(pipeline *p);
 
+/* Tests only (racimo-hooks): from now until pipeline_stop, this node sends
+ * the other nodes batches for their instances as a hostile member would
+ * (pipe_hostile.c).  0, or -1 when its thread cannot start. */
+int pipeline_test_inject(pipeline *p);
+
 /* Traffic counters (bytes of stage batches sent and received by this
  * node, messages), for benchmarks. */
 void pipeline_traffic(pipeline *p, uint64_t *bytes_out, uint64_t *msgs_out);

@@ -13,6 +13,7 @@
  *                   batches
  *   pipe_head.c     the head side: setting up the stages, the executor
  *                   the engine drives, results
+ *   pipe_hostile.c  tests only: a member injecting batches
  *
  * Cross-file functions are named pl__*.  Message layouts are in
  * docs/cluster-protocol.md, section 9.
@@ -195,6 +196,8 @@ struct pipeline {
     uint32_t next_inst;
     _Atomic uint64_t bytes_out, msgs_out;
     struct pend_chan *pend;   /* channels (or their refusals) for shards not set up yet */
+    pthread_t inject;         /* tests only: pipe_hostile.c */
+    bool inject_started;
     pthread_mutex_t log_mu;   /* the refusals' rate limit */
     struct refusal {
         char from[33];

@@ -23,7 +23,9 @@
 #   resident memory near its share;
 #   a member claiming 10000 free slots (racimo-hooks) is counted at 256 and
 #   takes turns with an honest copy instead of getting every request that
-#   a busy node forwards, and every request is answered.
+#   a busy node forwards, and every request is answered; a member injecting
+#   batches into another node's instance (racimo-hooks) is refused and
+#   logged while 8 streams through it complete unchanged.
 #
 # Prints "N passed, N failed, N skipped" last.  Logs stay in
 # build/pipeline-e2e/.  Usage: tests/cluster/pipeline.sh (RACIMO_BIN;
@@ -481,6 +483,38 @@ echo "  forwarded to the honest node: $to2, to the one claiming 10000 slots: $to
 if [ "$answered" = 12 ] && [ "$caps" = "[256,256]" ] && [ "$to2" -ge 2 ] && [ "$to3" -lt $((to2 + to3)) ]; then
   ok "a member claiming 10000 free slots is counted at 256 and gets a turn, not every forwarded request; all 12 answered with one node's text"
 else bad "fake slots: $answered of 12 answered; forwarded $to2 to the honest node, $to3 to the liar; its slots in the view $caps"; fi
+
+# ---- a member injecting batches into another node's instance ----
+# node 1's instance runs over nodes 1 and 2; then node 3 (racimo-hooks)
+# sends every node, every 100 ms, a batch for every head's instances 1-8:
+# the stage nodes refuse them (the batches of an instance come only from
+# the node before in its plan), say so naming node 3, and 8 streams
+# through the instance complete with one node's text
+stop_node 3
+for i in 1 2; do stop_node "$i"; done
+start_node 1 --pipeline-wire f32 --min-nodes 2
+start_node 2 --join "$TOKEN" --peer 10.77.0.1
+wait_for 20 n_up 1 2 || bad "nodes 1 and 2 up again"
+complete 10.77.0.1 "$P-n1" "${PROMPTS[0]}" 4 >/dev/null     # places the instance on 1 and 2
+RACIMO_TEST_INJECT_BATCHES=1 NODE_BIN=$HOOKS_BIN start_node 3 --join "$TOKEN" --peer 10.77.0.1
+wait_for 20 n_up 1 3 || bad "the injecting node up"
+pids=()
+for k in 0 1 2 3; do for smp in 0 1; do
+  stream_req 10.77.0.1 "$P-n1" "${FPROMPTS[$k]}" $smp "$T/inj$k$smp" & pids+=($!)
+done; done
+wait "${pids[@]}"
+same=0
+for k in 0 1 2 3; do for smp in 0 1; do
+  [ "$(sse_text "$T/inj$k$smp")" = "${FREF[$k$smp]}" ] && same=$((same+1))
+done; done
+stages=$(view 1 | jq -c "[.pipelines.instances[] | select(.model == \"$MODEL\") | .stages[].node]")
+stop_node 3
+refusals=$(grep -h "refused a BATCH from node ${id3:0:8} (node3)" "$T/n1.out" "$T/n2.out" | head -n 2)
+echo "$refusals" | sed 's/^/  /'
+if [ "$same" = 8 ] && [ -n "$refusals" ] && grep -q "injected [1-9][0-9]* batches" "$T/n3.out" &&
+   [[ "$stages" != *"$id3"* ]]; then
+  ok "a member injecting batches into another node's instance is refused and logged; all 8 streams complete with one node's text"
+else bad "injected batches: $same of 8 streams identical; instance on $stages; refusals: $refusals"; fi
 
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
