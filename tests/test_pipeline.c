@@ -575,8 +575,10 @@ TEST_T(pipeline_plan_nodes_only, 120)
     start(&c, "qc", cluster_join_token(a.c), &a);
     wait_up(&a, &c);
     wait_up(&b, &c);
-    const char *ida = cluster_self_id(a.c), *idb = cluster_self_id(b.c),
-               *idc = cluster_self_id(c.c);
+    char ida[33], idb[33], idc[33];           /* B restarts below */
+    snprintf(ida, sizeof ida, "%s", cluster_self_id(a.c));
+    snprintf(idb, sizeof idb, "%s", cluster_self_id(b.c));
+    snprintf(idc, sizeof idc, "%s", cluster_self_id(c.c));
 
     /* head A; stage 0 on B, stage 1 (sampling) on A */
     CHECK_OK(lm_open(&head, pa, false, NULL));
