@@ -70,34 +70,36 @@ static void pull_progress(void *ud, uint64_t done, uint64_t total, double bytes_
            (double)total / 1e6, bytes_per_s / 1e6, left);
 }
 
-/* The bytes the stage will allocate (its KV cache, batch and logit
- * buffers, roughly as stage_new and stage_load do), in double: a hostile
- * set-up's product may not fit 64 bits. */
-static double stage_bytes(const stage_inst *si)
+/* The bytes the stage will allocate for its KV cache, and for its batch
+ * and logit buffers (roughly as stage_new and stage_load do), in double: a
+ * hostile set-up's product may not fit 64 bits. */
+static void stage_bytes(const stage_inst *si, double *kv, double *buffers)
 {
     const model_hparams *hp = &si->m->hp;
     const model_shard *sh = &si->m->shard;
     const double B = si->n_batch, E = hp->n_embd, F = 4.0;
     double per_pos = hp->kv_lora_rank > 0 ? hp->kv_lora_rank + hp->rope_dim
                                           : (double)sh->n_head_kv * (hp->head_dim + hp->head_dim_v);
-    double kv = (double)(si->last - si->first) * si->n_seq * si->n_ctx * per_pos * F;
+    *kv = (double)(si->last - si->first) * si->n_seq * si->n_ctx * per_pos * F;
     double ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
     double work = B * (6 * E + 2 * ff + 3.0 * hp->n_head * hp->head_dim) * F +
                   (double)si->n_threads * hp->n_head * si->n_ctx * F;
     double io = B * E * F * (1 + si->n_ranks) +
                 (si->last == hp->n_layer ? (double)si->n_seq * hp->n_vocab * F * 2 : B * E * F);
-    return kv + work + io;
+    *buffers = work + io;
 }
 
-/* Refuses a stage that asks for more memory than this node offers (its
- * free memory under --max-memory), or than is left of its memory beside
- * the stages it runs already; else books the bytes (si->mem_need). */
+/* Refuses a stage whose KV cache is more than the memory this node offers
+ * (its free memory under --max-memory: what placement fits the weights and
+ * KV caches of its stages into), or whose KV cache and buffers are more
+ * than is left of its memory beside the stages it runs already; else
+ * books the bytes (si->mem_need). */
 static int stage_reserve(stage_inst *si)
 {
     pipeline *p = si->p;
     json_t *snap = cluster_snapshot(p->c), *n;
     size_t i;
-    double offer = 0, total = 0;
+    double offer = 0, total = 0, kv, buffers;
     json_array_foreach(json_object_get(snap, "nodes"), i, n)
         if (json_is_true(json_object_get(n, "self"))) {
             json_t *hw = json_object_get(n, "hardware");
@@ -105,7 +107,8 @@ static int stage_reserve(stage_inst *si)
             total = json_number_value(json_object_get(hw, "mem_total"));
         }
     json_decref(snap);
-    const double need = stage_bytes(si), MiB = 1048576.0;
+    stage_bytes(si, &kv, &buffers);
+    const double MiB = 1048576.0;
     if (offer <= 0 || total <= 0)
         return 0;                 /* a platform that does not say: the allocations will */
     pthread_mutex_lock(&p->mu);
@@ -113,15 +116,19 @@ static int stage_reserve(stage_inst *si)
     for (stage_inst *o = p->stages; o; o = o->next)
         if (o != si && !o->done)
             booked += (double)o->mem_need;
-    bool fits = need <= offer && need + booked <= total;
+    bool fits = kv <= offer && kv + buffers + booked <= total;
     if (fits)
-        si->mem_need = (uint64_t)need;
+        si->mem_need = (uint64_t)(kv + buffers);
     pthread_mutex_unlock(&p->mu);
+    if (kv > offer)
+        return rc_fail(RC_ELIMIT, "the set-up asks for a KV cache of %.0f MiB (%d sequences x %d "
+                       "positions) and this node offers %.0f MiB", kv / MiB, si->n_seq,
+                       si->n_ctx, offer / MiB);
     if (!fits)
         return rc_fail(RC_ELIMIT, "the set-up asks for %.0f MiB (%d sequences x %d positions, "
-                       "batches of %d) and this node offers %.0f MiB (%.0f MiB of its %.0f MiB "
-                       "booked by the stages it runs)", need / MiB, si->n_seq, si->n_ctx,
-                       si->n_batch, offer / MiB, booked / MiB, total / MiB);
+                       "batches of %d) and this node has %.0f MiB, %.0f MiB of it booked by the "
+                       "stages it runs", (kv + buffers) / MiB, si->n_seq, si->n_ctx, si->n_batch,
+                       total / MiB, booked / MiB);
     return 0;
 }
 
