@@ -213,7 +213,8 @@ TEST_T(cluster_link_gossip_view, 60)
     /* what a node serves, and its free slots, reach the others */
     const char *serving[] = { "tiny" };
     const int free_slots[] = { 3 };
-    cluster_set_serving(b, serving, free_slots, 1);
+    const int slots[] = { 4 };
+    cluster_set_serving(b, serving, free_slots, slots, 1);
     int ok = 0;
     for (int t = 0; t < 100 && !ok; t++) {
         json_t *s = cluster_snapshot(a);
@@ -221,6 +222,24 @@ TEST_T(cluster_link_gossip_view, 60)
         json_t *fr = json_object_get(json_object_get(find_node(s, idb), "serving_free"), "tiny");
         ok = json_array_size(sv) == 1 && !strcmp(json_string_value(json_array_get(sv, 0)), "tiny") &&
              json_integer_value(fr) == 3;
+        json_decref(s);
+        usleep(20000);
+    }
+    CHECK(ok);
+    /* free slots beyond a node's slots, and slots beyond any node's, count
+     * as no more in the view (a member claiming them gets no more requests) */
+    const char *serving2[] = { "tiny", "big" };
+    const int free2[] = { 9, 10000 }, slots2[] = { 4, 10000 };
+    cluster_set_serving(b, serving2, free2, slots2, 2);
+    ok = 0;
+    for (int t = 0; t < 100 && !ok; t++) {
+        json_t *s = cluster_snapshot(a);
+        json_t *fr = json_object_get(find_node(s, idb), "serving_free");
+        json_t *sl = json_object_get(find_node(s, idb), "serving_slots");
+        ok = json_integer_value(json_object_get(fr, "tiny")) == 4 &&
+             json_integer_value(json_object_get(sl, "tiny")) == 4 &&
+             json_integer_value(json_object_get(fr, "big")) == CLUSTER_SLOTS_MAX &&
+             json_integer_value(json_object_get(sl, "big")) == CLUSTER_SLOTS_MAX;
         json_decref(s);
         usleep(20000);
     }

@@ -4,7 +4,9 @@
  * sampling, penalties and several requests at once), hostile stage
  * messages are refused without harm, and a stage node that goes away ends
  * the requests in flight with an error naming it.  The same for two
- * tensor-parallel shards. */
+ * tensor-parallel shards.  A third node cannot feed, answer for or stop an
+ * instance it is not part of, and a set-up beyond the limits or the
+ * memory a node offers is refused with the reason. */
 #include "test.h"
 #include "cluster_util.h"
 
@@ -18,6 +20,8 @@
 #include "model/synth.h"
 #include "tensor/types.h"
 
+#include <fcntl.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +32,7 @@ typedef struct {
 } node;
 
 static int start_minor = -1;       /* >= 0: the node says it speaks protocol 1.<minor> */
+static uint64_t start_max_memory;  /* > 0: the node offers at most this (--max-memory) */
 
 static void start(node *n, const char *name, const char *token, const node *peer)
 {
@@ -40,6 +45,7 @@ static void start(node *n, const char *name, const char *token, const node *peer
         cfg.proto_major = 1;
         cfg.proto_minor = start_minor;
     }
+    cfg.max_memory = start_max_memory;
     CHECK_OK(cluster_new(&cfg, &n->c, NULL));
     CHECK_OK(pipeline_new(n->c, 1, &n->p));
     CHECK_OK(cluster_start(n->c));
@@ -354,7 +360,8 @@ TEST_T(pipeline_tensor_parallel_same_tokens, 120)
 
     /* hostile channels from B: a malformed BIND, a "no channel" BIND on a
      * channel, a second channel for the pair in use: refused; BINDs for an
-     * instance not set up (yet) wait, at most 64 of them; A goes on */
+     * instance not set up (yet) wait, at most 16 from one node (so that it
+     * cannot crowd out the others'); A goes on */
     uint8_t bind[32] = { 0 };
     wire_unhex(cluster_self_id(a.c), bind, 16);
     uint32_t bf[4] = { inst0, 0, 1, 0 };
@@ -379,7 +386,7 @@ TEST_T(pipeline_tensor_parallel_same_tokens, 120)
                 chan_free(hc);
         }
     }
-    CHECK_INT(n_ok, ==, 64);
+    CHECK_INT(n_ok, ==, 16);
     for (int i = 0; i < n_held; i++)
         chan_free(held[i]);
     run_all(e, got, 20);
@@ -512,6 +519,158 @@ TEST_T(pipeline_deepseek2_expert_parallel, 120)
     CHECK(strstr(rc_errmsg(), "cuts tensor-parallel shards another way") != NULL);
     lm_close(&head);
     lm_close(&whole);
+    stop(&b);
+    stop(&a);
+}
+
+/* Sends stderr to a file of the test's directory until log_end, which
+ * returns what was written (the caller frees it). */
+static int log_fd = -1;
+static char log_path[700];
+static void log_begin(void)
+{
+    fflush(stderr);
+    snprintf(log_path, sizeof log_path, "%s/stderr.log", test_tmpdir());
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0);
+    log_fd = dup(2);
+    dup2(fd, 2);
+    close(fd);
+}
+static char *log_end(void)
+{
+    fflush(stderr);
+    dup2(log_fd, 2);
+    close(log_fd);
+    FILE *f = fopen(log_path, "r");
+    char *text = calloc(1, 1 << 20);
+    if (f && text)
+        fread(text, 1, (1 << 20) - 1, f);
+    if (f)
+        fclose(f);
+    fputs(text ? text : "", stderr);      /* still in the test's output */
+    return text;
+}
+
+/* A BATCH of one row from the head: head id, instance, group 0, no starts. */
+static size_t one_row_batch(uint8_t *b, const char *head, uint32_t inst, uint32_t enc, int width)
+{
+    wire_unhex(head, b, 16);
+    uint32_t h[5] = { inst, 0, enc, 0, 1 };
+    memcpy(b + 16, h, sizeof h);
+    int32_t row[3] = { 5, 0, 0 };
+    memcpy(b + 36, row, sizeof row);
+    b[48] = 1;
+    memset(b + 49, 0, (size_t)width * 4);
+    return 49 + (size_t)width * 4;
+}
+
+TEST_T(pipeline_plan_nodes_only, 120)
+{
+    node a = { 0 }, b = { 0 }, c = { 0 };
+    char pa[800];
+    lm whole, head;
+    collect ref[N_REQ], got[N_REQ];
+    two_nodes(&a, &b, "qa", "qb", pa, sizeof pa, &whole, ref);
+    start(&c, "qc", cluster_join_token(a.c), &a);
+    wait_up(&a, &c);
+    wait_up(&b, &c);
+    char ida[33], idb[33], idc[33];           /* B restarts below */
+    snprintf(ida, sizeof ida, "%s", cluster_self_id(a.c));
+    snprintf(idb, sizeof idb, "%s", cluster_self_id(b.c));
+    snprintf(idc, sizeof idc, "%s", cluster_self_id(c.c));
+
+    /* head A; stage 0 on B, stage 1 (sampling) on A */
+    CHECK_OK(lm_open(&head, pa, false, NULL));
+    engine *e = pipeline_engine(&a, &head, "m4", idb, ida, 2, true);
+    json_t *st = pipeline_status(a.p);
+    uint32_t inst = (uint32_t)json_integer_value(
+        json_object_get(json_array_get(json_object_get(st, "instances"), 0), "instance"));
+    json_decref(st);
+    /* B knows what A's plan holds (forward.c caps A's claimed slots by it) */
+    CHECK_INT(pipeline_plan_slots(b.p, ida, "m4"), ==, 4);
+    CHECK_INT(pipeline_plan_slots(b.p, idc, "m4"), ==, 0);
+
+    const int E = whole.m->hp.n_embd;
+    log_begin();
+    /* C, in no part of A's plan: a set-up with A's instance number is C's
+     * own instance on B (the sender of a set-up is its head), and a stage
+     * > 0 that does not say who feeds it is refused, the reason sent back */
+    char setup[512];
+    snprintf(setup, sizeof setup, "{\"inst\":%u,\"index\":0,\"model\":\"m4\",\"first\":0,"
+             "\"last\":2,\"n_ctx\":64,\"n_seq\":1,\"n_batch\":8,\"threads\":1,\"n_embd\":%d,"
+             "\"wire\":\"f32\",\"next\":\"\",\"n_stages\":2}", inst, E);
+    CHECK_OK(cluster_send(c.c, idb, 0x40, setup, strlen(setup)));
+    snprintf(setup, sizeof setup, "{\"inst\":%u,\"index\":1,\"model\":\"m4\",\"first\":2,"
+             "\"last\":4,\"n_ctx\":64,\"n_seq\":1,\"n_batch\":8,\"threads\":1,\"n_embd\":%d,"
+             "\"wire\":\"f32\",\"next\":\"\",\"n_stages\":2}", inst, E);
+    CHECK_OK(cluster_send(c.c, ida, 0x40, setup, strlen(setup)));
+    /* C's batches for A's instance, to stage 0 (fed by A) and stage 1 (fed
+     * by B), a result and a stop: refused or C's own, A's goes on */
+    uint8_t batch[49 + 1024 * 4];
+    CHECK(E <= 1024);
+    size_t n = one_row_batch(batch, ida, inst, 0, 0);
+    for (int i = 0; i < 50; i++)
+        CHECK_OK(cluster_send(c.c, idb, 0x42, batch, n));
+    n = one_row_batch(batch, ida, inst, 2, E);
+    CHECK_OK(cluster_send(c.c, ida, 0x42, batch, n));
+    uint32_t result[4] = { inst, 0, 0, 0 };
+    CHECK_OK(cluster_send(c.c, ida, 0x43, result, sizeof result));
+    CHECK_OK(cluster_send(c.c, idb, 0x44, &inst, 4));
+    usleep(300000);
+    run_all(e, got, 20);
+    char *log = log_end();
+    check_same(got, ref);
+    CHECK(!engine_broken(e));
+    char want[200];
+    snprintf(want, sizeof want, "refused a BATCH from node %.8s (qc): for instance %u of %.8s, "
+             "whose batches come from node %.8s only", idc, inst, ida, ida);
+    CHECK(log && strstr(log, want));
+    snprintf(want, sizeof want, "whose batches come from node %.8s only", idb);
+    CHECK(log && strstr(log, want));
+    CHECK(log && strstr(log, "refused a RESULT from node") &&
+          strstr(log, "whose plan does not include that node"));
+    CHECK(log && strstr(log, "refused a SETUP from node") && strstr(log, "\"prev\""));
+    /* rate-limited: 50 batches, one line */
+    int lines = 0;
+    snprintf(want, sizeof want, "refused a BATCH from node %.8s (qc): for instance %u of %.8s, "
+             "whose batches come from node %.8s only", idc, inst, ida, ida);
+    for (const char *q = log; q && (q = strstr(q, want)); q++)
+        lines++;
+    CHECK_INT(lines, ==, 1);
+    free(log);
+    engine_free(e);
+
+    /* limits: more sequences than a node runs, and more memory than B
+     * offers (B restarted offering 32 MiB): refused, the head hears why */
+    pipeline_spec spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.model, sizeof spec.model, "m4");
+    spec.n_layer = 4; spec.n_embd = E; spec.n_vocab = whole.m->hp.n_vocab; spec.n_ctx = 64;
+    spec.n_seq = 100000; spec.n_batch = 8; spec.n_stages = 2; spec.wire_f32 = true;
+    snprintf(spec.stage[0].node, 33, "%s", idb);
+    snprintf(spec.stage[1].node, 33, "%s", ida);
+    spec.stage[0].last = 2; spec.stage[1].first = 2; spec.stage[1].last = 4;
+    engine_exec *x = NULL;
+    CHECK(pipeline_exec_new(a.p, &spec, 10000, NULL, NULL, &x) < 0);
+    CHECK(strstr(rc_errmsg(), "refuses the set-up") && strstr(rc_errmsg(), "sequences"));
+    stop(&b);
+    start_max_memory = 32u << 20;
+    start(&b, "qb", cluster_join_token(a.c), &a);
+    start_max_memory = 0;
+    wait_up(&a, &b);
+    spec.n_seq = 256;
+    spec.n_ctx = 2048;
+    CHECK(pipeline_exec_new(a.p, &spec, 10000, NULL, NULL, &x) < 0);
+    CHECK(strstr(rc_errmsg(), "this node offers 32 MiB") != NULL);
+    /* what fits still runs */
+    e = pipeline_engine(&a, &head, "m4", idb, ida, 2, true);
+    run_all(e, got, 20);
+    check_same(got, ref);
+    engine_free(e);
+    lm_close(&head);
+    lm_close(&whole);
+    stop(&c);
     stop(&b);
     stop(&a);
 }

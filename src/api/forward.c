@@ -35,6 +35,7 @@
 #include "base/mem.h"
 #include "base/os.h"
 #include "cluster/cluster.h"
+#include "cluster/pipeline.h"
 #include "cluster/wire.h"
 #include "placed.h"
 
@@ -710,15 +711,28 @@ bool fwd_internal(api_server *s, struct evhttp_request *req)
     return s->fwd && v && !strcmp(v, s->fwd->secret);
 }
 
+/* Requests for model `want` this node has running on node `id`. */
+static int in_flight(const struct fwd_side *fs, const char *id, const char *want)
+{
+    int n = 0;
+    for (const fwd_out *o = fs->outs; o; o = o->next)
+        n += !o->done && !strcmp(o->node, id) && !strcmp(o->model, want);
+    return n;
+}
+
 /* The node to ask for model `name`, or false to run it here.  Here when
  * this node loads it, or serves it with a sequence slot free.  When it
- * serves it with every slot taken: the node serving it with the most free
- * slots, if any has one (balancing copies; otherwise it queues here).  When
- * it does not serve it: a node that does, unless this node would run it
- * alone (it holds the file and placement keeps it here); in turn among
- * several.  `show` (/api/show, which reads the file's metadata): a node
- * that has the file, when this node has neither the file nor the model
- * loaded. */
+ * serves it with every slot taken: a node serving it with a slot free, if
+ * any has one (balancing copies; otherwise it queues here).  When it does
+ * not serve it: a node that does, unless this node would run it alone (it
+ * holds the file and placement keeps it here); a node with a slot free
+ * first.  Among several, in turn: a node's free slots count at most its
+ * slots (as the view caps them; when this node runs a stage of its
+ * instance, as many as that instance's set-up asked) less the requests
+ * this node runs there, so a member that claims more slots than it has
+ * gets no bigger share.
+ * `show` (/api/show, which reads the file's metadata): a node that has the
+ * file, when this node has neither the file nor the model loaded. */
 static bool pick_node(api_server *s, const char *name, bool show, char node[33],
                       char node_name[64], char want[128])
 {
@@ -745,14 +759,17 @@ static bool pick_node(api_server *s, const char *name, bool show, char node[33],
     json_t *view = cluster_snapshot(s->cfg.cluster), *n, *v;
     size_t i, k;
     const char *ids[64], *names[64];
-    json_int_t frees[64], most = 0;
+    bool room[64];
     int n_cand = 0;
     json_array_foreach(json_object_get(view, "nodes"), i, n) {
         const char *st = json_string_value(json_object_get(n, "state"));
         const char *proto = json_string_value(json_object_get(n, "protocol"));
+        const char *id = json_string_value(json_object_get(n, "id"));
         int major = 0, minor = 0;
         if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")) || !proto ||
             sscanf(proto, "%d.%d", &major, &minor) != 2 || major != WIRE_PROTO_MAJOR || minor < 2)
+            continue;
+        if (!id)
             continue;
         json_array_foreach(json_object_get(n, show ? "models" : "serving"), k, v) {
             const char *vn = show ? json_string_value(json_object_get(v, "name"))
@@ -761,23 +778,33 @@ static bool pick_node(api_server *s, const char *name, bool show, char node[33],
                 continue;
             json_int_t fr = json_integer_value(
                 json_object_get(json_object_get(n, "serving_free"), want));
+            json_int_t slots = json_integer_value(
+                json_object_get(json_object_get(n, "serving_slots"), want));
+            int plan = s->cfg.pipeline ? pipeline_plan_slots(s->cfg.pipeline, id, want) : 0;
+            if (plan > 0 && slots > plan)
+                slots = plan;
+            json_int_t left = slots - in_flight(s->fwd, id, want);
+            if (fr > left)
+                fr = left;
             if (busy && fr <= 0)
                 continue;
-            if (fr > most)
-                most = fr;
-            frees[n_cand] = fr;
-            ids[n_cand] = json_string_value(json_object_get(n, "id"));
+            room[n_cand] = fr > 0;
+            ids[n_cand] = id;
             names[n_cand++] = json_string_value(json_object_get(n, "name"));
         }
     }
-    /* busy: among the nodes with the most free slots; otherwise among all */
+    /* the nodes with a slot free; when none has one (and this node does not
+     * serve the model), all */
     int pick = -1, n_ok = 0, ok[64];
     for (int c = 0; c < n_cand; c++)
-        if (!busy || frees[c] == most)
+        if (room[c])
+            ok[n_ok++] = c;
+    if (n_ok == 0)
+        for (int c = 0; c < n_cand; c++)
             ok[n_ok++] = c;
     if (n_ok > 0 && (busy || show || !(m && !m->remote && runs_here_alone(s, m))))
         pick = ok[s->fwd->rr++ % (unsigned)n_ok];
-    if (pick >= 0 && ids[pick]) {
+    if (pick >= 0) {
         snprintf(node, 33, "%s", ids[pick]);
         snprintf(node_name, 64, "%s", names[pick] ? names[pick] : "?");
     }

@@ -63,6 +63,10 @@ int node_start(const node_config *cfg, node **out)
             goto fail;
         }
         pipeline_set_weights(n->p, n->w);
+        if (cfg->test_inject_batches && pipeline_test_inject(n->p)) {
+            rc = rc_fail(RC_ENOMEM, "pipeline: cannot start the test's injecting thread");
+            goto fail;
+        }
         if ((rc = api_forward_new(n->c, &n->f))) {
             rc_wrap(rc, "forwarding: ");
             goto fail;

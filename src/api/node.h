@@ -28,6 +28,9 @@ typedef struct {
     bool cluster_optional;           /* a cluster that cannot be made (say, an unwritable
                                         home) leaves the node serving alone instead of
                                         failing; node_solo_why says why */
+    bool test_inject_batches;        /* tests only (racimo-hooks:
+                                        $RACIMO_TEST_INJECT_BATCHES): a hostile member
+                                        (pipeline_test_inject) */
 } node_config;
 
 void node_config_default(node_config *c);

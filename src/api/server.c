@@ -213,16 +213,18 @@ static void publish_serving(api_server *s)
     int n = 0, k = 0;
     api_model **list = registry_list(s->reg, &n);
     const char **names = list && n ? rc_calloc((size_t)n, sizeof *names) : NULL;
-    int *free_slots = list && n ? rc_calloc((size_t)n, sizeof *free_slots) : NULL;
+    int *free_slots = list && n ? rc_calloc((size_t)n * 2, sizeof *free_slots) : NULL;
+    int *slots = free_slots ? free_slots + n : NULL;
     for (int i = 0; names && free_slots && i < n; i++)
         if (registry_state(s->reg, list[i], NULL, 0) == MODEL_READY) {
             engine_stats es;
             engine_get_stats(list[i]->eng, &es);
             free_slots[k] = list[i]->ep.n_seq - es.n_active - es.n_queued;
+            slots[k] = list[i]->ep.n_seq;
             names[k++] = list[i]->name;
         }
     if ((names && free_slots) || !n)
-        cluster_set_serving(s->cfg.cluster, names, free_slots, k);
+        cluster_set_serving(s->cfg.cluster, names, free_slots, slots, k);
     rc_free(names);
     rc_free(free_slots);
     rc_free(list);

@@ -286,6 +286,10 @@ int cmd_serve(int argc, char **argv)
             cc.proto_major = tmaj;
             cc.proto_minor = tmin;
         }
+        /* ... and one that claims this many sequence slots, all free */
+        const char *fs = getenv("RACIMO_TEST_FAKE_SLOTS");
+        if (fs && atoi(fs) > 0)
+            cc.test_fake_slots = atoi(fs);
 #endif
     }
     node_config nc;
@@ -295,6 +299,10 @@ int cmd_serve(int argc, char **argv)
     /* nobody asked for a cluster (say, an unwritable home): serve alone */
     nc.cluster_optional = !(cc.state_dir || getenv("RACIMO_HOME") || cc.join_token ||
                             getenv("RACIMO_JOIN_TOKEN") || n_peers);
+#ifdef RACIMO_TEST_HOOKS
+    /* racimo-hooks only: a member that injects batches into others' instances */
+    nc.test_inject_batches = getenv("RACIMO_TEST_INJECT_BATCHES") != NULL;
+#endif
     node *nd;
     if (node_start(&nc, &nd)) {
         rc = cli_error("serve");

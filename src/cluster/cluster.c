@@ -171,13 +171,14 @@ json_t *cl__self_state(struct cluster *c)
     }
     char proto[16];
     snprintf(proto, sizeof proto, "%d.%d", c->major, c->minor);
-    return json_pack("{s:s, s:s, s:o, s:i, s:i, s:s, s:s, s:o, s:O, s:O, s:O, s:o, s:o}",
+    return json_pack("{s:s, s:s, s:o, s:i, s:i, s:s, s:s, s:o, s:O, s:O, s:O, s:O, s:o, s:o}",
                      "id", self->id_hex, "name", c->name, "addresses", addr_json(&self->addrs),
                      "cluster_port", c->port, "http_port", c->cfg.http_port,
                      "version", VERSION_TEXT, "protocol", proto,
                      "hardware", cl__hw_json(&c->hw),
                      "models", c->models, "serving", c->serving,
-                     "serving_free", c->serving_free, "peers", peers, "links", links);
+                     "serving_free", c->serving_free, "serving_slots", c->serving_slots,
+                     "peers", peers, "links", links);
 }
 
 static void send_state(struct cluster *c, cl_conn *only)
@@ -714,7 +715,9 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
     c->models = cl__models_scan(c->models_dir, c->ro_dirs);
     c->serving = json_array();
     c->serving_free = json_object();
-    if (!(c->plain = rc_malloc(WIRE_FRAME_MAX)) || !c->models || !c->serving || !c->serving_free) {
+    c->serving_slots = json_object();
+    if (!(c->plain = rc_malloc(WIRE_FRAME_MAX)) || !c->models || !c->serving || !c->serving_free ||
+        !c->serving_slots) {
         r = rc_fail(RC_ENOMEM, "cluster");
         goto fail;
     }
@@ -801,6 +804,26 @@ int cluster_start(struct cluster *c)
     return 0;
 }
 
+/* A node's serving_free and serving_slots as the view shows them: whole
+ * numbers, the slots at most CLUSTER_SLOTS_MAX (as many for a node of 1.3,
+ * which does not say) and the free ones at most the slots, so that a member
+ * claiming more draws no more forwarded requests (api/forward.c). */
+static void slots_capped(const json_t *info, json_t *o)
+{
+    json_t *fr = json_object(), *sl = json_object(), *v;
+    const char *name;
+    json_object_foreach(json_object_get(info, "serving_free"), name, v) {
+        json_t *s = json_object_get(json_object_get(info, "serving_slots"), name);
+        json_int_t slots = json_is_integer(s) ? json_integer_value(s) : CLUSTER_SLOTS_MAX;
+        json_int_t f = json_is_integer(v) ? json_integer_value(v) : 0;
+        slots = slots < 0 ? 0 : slots > CLUSTER_SLOTS_MAX ? CLUSTER_SLOTS_MAX : slots;
+        json_object_set_new(fr, name, json_integer(f < 0 ? 0 : f > slots ? slots : f));
+        json_object_set_new(sl, name, json_integer(slots));
+    }
+    json_object_set_new(o, "serving_free", fr);
+    json_object_set_new(o, "serving_slots", sl);
+}
+
 json_t *cluster_snapshot(struct cluster *c)
 {
     uint64_t now = os_now_ns();
@@ -822,14 +845,13 @@ json_t *cluster_snapshot(struct cluster *c)
             json_decref(info);
             continue;
         }
-        const char *copy[] = { "version", "protocol", "hardware", "models", "serving",
-                               "serving_free" };
+        const char *copy[] = { "version", "protocol", "hardware", "models", "serving" };
         for (size_t j = 0; j < sizeof copy / sizeof copy[0]; j++) {
             json_t *v = json_object_get(info, copy[j]);
             json_object_set_new(o, copy[j], v ? json_deep_copy(v)
-                                              : j == 5 ? json_object()
                                               : j >= 3 ? json_array() : json_null());
         }
+        slots_capped(info, o);
         json_object_set_new(o, "down_for_ms", up ? json_null()
                             : json_integer((json_int_t)((cl__since(now, n->down_since_ns)) / MS)));
         json_array_append_new(nodes, o);
@@ -919,30 +941,41 @@ void cluster_set_http_port(struct cluster *c, int port)
         c->cfg.http_port = port;
 }
 
-void cluster_set_serving(struct cluster *c, const char *const *names, const int *free_slots, int n)
+void cluster_set_serving(struct cluster *c, const char *const *names, const int *free_slots,
+                         const int *slots, int n)
 {
-    json_t *arr = json_array(), *fr = json_object();
-    for (int i = 0; arr && fr && i < n; i++) {
+    json_t *arr = json_array(), *fr = json_object(), *sl = json_object();
+    const int fake = c->cfg.test_fake_slots;
+    for (int i = 0; arr && fr && sl && i < n; i++) {
         json_array_append_new(arr, json_string(names[i]));
         if (free_slots)
-            json_object_set_new(fr, names[i], json_integer(free_slots[i] > 0 ? free_slots[i] : 0));
+            json_object_set_new(fr, names[i], json_integer(fake > 0 ? fake : free_slots[i] > 0
+                                                                    ? free_slots[i] : 0));
+        if (slots)
+            json_object_set_new(sl, names[i], json_integer(fake > 0 ? fake : slots[i] > 0
+                                                                    ? slots[i] : 0));
     }
-    if (!arr || !fr) {
+    if (!arr || !fr || !sl) {
         json_decref(arr);
         json_decref(fr);
+        json_decref(sl);
         return;
     }
     pthread_mutex_lock(&c->mu);
-    if (json_equal(arr, c->serving) && json_equal(fr, c->serving_free)) {
+    if (json_equal(arr, c->serving) && json_equal(fr, c->serving_free) &&
+        json_equal(sl, c->serving_slots)) {
         pthread_mutex_unlock(&c->mu);
         json_decref(arr);
         json_decref(fr);
+        json_decref(sl);
         return;
     }
     json_decref(c->serving);
     json_decref(c->serving_free);
+    json_decref(c->serving_slots);
     c->serving = arr;
     c->serving_free = fr;
+    c->serving_slots = sl;
     c->self_dirty = true;
     pthread_mutex_unlock(&c->mu);
     if (c->wake_ev)
@@ -1181,6 +1214,7 @@ void cluster_free(struct cluster *c)
     json_decref(c->models);
     json_decref(c->serving);
     json_decref(c->serving_free);
+    json_decref(c->serving_slots);
     rc_free(c->ro_dirs);
     rc_free(c->plain);
     if (c->mu_init)

@@ -55,6 +55,9 @@ typedef struct {
                                      free memory (racimo serve --max-memory) */
     int proto_major, proto_minor; /* 0: WIRE_PROTO_*; tests set others (racimo-hooks:
                                      $RACIMO_TEST_PROTOCOL "M.m") */
+    int test_fake_slots;          /* tests only (racimo-hooks: $RACIMO_TEST_FAKE_SLOTS): > 0
+                                     publishes this many slots, all free, for every model
+                                     served, as a lying member would */
 } cluster_config;
 
 void cluster_config_default(cluster_config *c);
@@ -77,7 +80,8 @@ int cluster_start(struct cluster *c);
  *               "version","protocol","hardware":{"cores","threads","simd","cpu",
  *               "mem_total","mem_free","mem_bandwidth","matmul_gflops"},
  *               "models":[{"name","size_bytes"}],"serving":[names],
- *               "serving_free":{name: free slots}}...],
+ *               "serving_free":{name: free slots},
+ *               "serving_slots":{name: slots}}...],
  *    "links": [{"from","to","rtt_ms","bandwidth_mbps"}...]}
  * Only members (nodes met, or vouched for by one) are listed; links only
  * between nodes up.  NULL only when out of memory. */
@@ -98,8 +102,13 @@ void cluster_set_http_port(struct cluster *c, int port);
 
 /* What this node serves (model names) and, when free_slots is not NULL, how
  * many more requests each could start at once (free sequence slots, not
- * counting those queued), published to the others. */
-void cluster_set_serving(struct cluster *c, const char *const *names, const int *free_slots, int n);
+ * counting those queued) out of how many (slots: its sequence slots, may be
+ * NULL), published to the others.  In the view (cluster_snapshot) another
+ * node's free slots are at most its slots, and those at most
+ * CLUSTER_SLOTS_MAX: a member that claims more gets no more requests. */
+#define CLUSTER_SLOTS_MAX 256     /* racimo serve --parallel's bound */
+void cluster_set_serving(struct cluster *c, const char *const *names, const int *free_slots,
+                         const int *slots, int n);
 
 /* Whether this node's side sees a strict majority of the known membership
  * (the partition rule: only such a side may place or restart instances). */

@@ -127,16 +127,18 @@ static int bind_parse(const uint8_t *data, size_t len, char head[33], uint32_t *
 }
 
 /* Channels (or refusals) for shards whose set-up has not come yet wait
- * here a while; older ones are dropped, and past PEND_MAX new ones are
- * refused (a peer cannot pile up sockets).  With ch NULL and !commit only
+ * here a while; older ones are dropped, and past PEND_MAX new ones (or
+ * PEND_PER_NODE from one node) are refused: a peer cannot pile up sockets,
+ * nor crowd out the bindings of the others.  With ch NULL and !commit only
  * says whether there is room.  False when refused (mu held; the caller
  * keeps ch). */
 #define PEND_MAX 64
+#define PEND_PER_NODE PIPELINE_MAX_STAGES
 static bool pend_add_locked(pipeline *p, const char *from, const char *head, uint32_t inst,
                             int from_rank, int to_rank, cluster_chan *ch, bool commit)
 {
     uint64_t now = os_now_ns();
-    int n = 0;
+    int n = 0, n_from = 0;
     for (pend_chan **pp = &p->pend; *pp;) {
         pend_chan *e = *pp;
         if (now - e->t_ns > (uint64_t)PARTIAL_WAIT_MS * 1000000u) {
@@ -146,11 +148,13 @@ static bool pend_add_locked(pipeline *p, const char *from, const char *head, uin
         } else {
             pp = &e->next;
             n++;
+            n_from += !strcmp(e->from, from);
         }
     }
+    bool room = n < PEND_MAX && n_from < PEND_PER_NODE;
     if (!commit)
-        return n < PEND_MAX;
-    pend_chan *e = n < PEND_MAX ? rc_calloc(1, sizeof *e) : NULL;
+        return room;
+    pend_chan *e = room ? rc_calloc(1, sizeof *e) : NULL;
     if (!e)
         return false;
     snprintf(e->from, sizeof e->from, "%s", from);
@@ -220,15 +224,17 @@ void pl__on_bind(pipeline *p, const char *from, const uint8_t *data, size_t len)
     uint32_t inst, flag;
     int from_rank, to_rank;
     if (bind_parse(data, len, head, &inst, &from_rank, &to_rank, &flag) || flag != BIND_NONE) {
-        rc_log(LOG_WARN, "pipeline: a malformed shard binding from %.8s", from);
+        pl__refuse(p, from, PIPE_BIND, "malformed");
         return;
     }
     pthread_mutex_lock(&p->mu);
     stage_inst *si = pl__find_stage_locked(p, head, inst);
-    if (si)
-        bind_locked(si, from, from_rank, to_rank, NULL, true);
-    else if (!pend_add_locked(p, from, head, inst, from_rank, to_rank, NULL, true))
-        rc_log(LOG_WARN, "pipeline: too many shard bindings waiting for their set-up; dropped "
-               "one from %.8s", from);
+    bool ok = si ? bind_locked(si, from, from_rank, to_rank, NULL, true)
+                 : pend_add_locked(p, from, head, inst, from_rank, to_rank, NULL, true);
     pthread_mutex_unlock(&p->mu);
+    if (!ok && si)
+        pl__refuse(p, from, PIPE_BIND, "for shard %d of instance %u of %.8s, which expects none "
+                   "from that node", to_rank, inst, head);
+    else if (!ok)
+        pl__refuse(p, from, PIPE_BIND, "too many shard bindings wait for their set-up");
 }

@@ -73,8 +73,20 @@ void pl__on_result(pipeline *p, const char *from, const uint8_t *data, size_t le
         return;
     pthread_mutex_lock(&p->mu);
     head_exec *h = find_exec_locked(p, inst);
-    if (!h || pl__stage_of(h, from) < 0 || group >= (uint32_t)h->x.n_groups ||
-        !h->groups[group].sent || h->groups[group].ready) {
+    /* any node of the plan may report a failure; tokens come only from the
+     * one that samples (the last stage, shard 0) */
+    int k = h ? pl__stage_of(h, from) : -1;
+    bool samples = h && k == (h->spec.tensor ? 0 : h->spec.n_stages - 1);
+    if (!h || k < 0 || (status == 0 && !samples)) {
+        pthread_mutex_unlock(&p->mu);
+        if (h)                    /* (a stopped instance's late results are no one's fault) */
+            pl__refuse(p, from, PIPE_RESULT, "%s for instance %u, %s",
+                       status ? "an error" : "tokens", inst,
+                       k < 0 ? "whose plan does not include that node"
+                             : "whose tokens come from another node of its plan");
+        return;
+    }
+    if (group >= (uint32_t)h->x.n_groups || !h->groups[group].sent || h->groups[group].ready) {
         pthread_mutex_unlock(&p->mu);
         return;
     }
@@ -274,6 +286,9 @@ static int send_setup(pipeline *p, head_exec *h, int k)
                           "n_stages", s->n_stages, "shards", shards);
     if (j && shards && !s->test_old_cut)
         json_object_set_new(j, "cut", json_integer(SHARD_CUT));
+    /* who feeds stage k its batches: it takes them from no one else */
+    if (j && k > 0 && !s->tensor)
+        json_object_set_new(j, "prev", json_string(s->stage[k - 1].node));
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!txt)

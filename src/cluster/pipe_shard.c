@@ -149,7 +149,13 @@ static int shard_decode(stage_inst *si, int q, int kind, uint64_t seq, int n_row
                         float *dst, int ld, const uint8_t *data, size_t len)
 {
     rbuf r = { .p = data, .len = len };
-    rb_get(&r, WIRE_ID_BYTES + 8);
+    const uint8_t *head = rb_get(&r, WIRE_ID_BYTES);
+    uint32_t inst = rb_u32(&r), from = rb_u32(&r);
+    /* a data channel's parts have not passed the router: name them here */
+    if (!r.bad && (memcmp(head, si->head_raw, WIRE_ID_BYTES) || inst != si->inst ||
+                   from != (uint32_t)q))
+        return rc_fail(RC_EFORMAT, "shard %d (node %.8s) sent a part of another instance or "
+                       "shard (instance %u, shard %u)", q, si->peers[q], inst, from);
     uint32_t k = rb_u32(&r), enc = rb_u32(&r);
     uint64_t s = rb_u64(&r);
     uint32_t rows = rb_u32(&r), cols = rb_u32(&r), col0 = rb_u32(&r);
@@ -199,6 +205,8 @@ static int shard_take(stage_inst *si, int q, int kind, uint64_t seq, int n_rows,
         si->pq_head[q] = m->next;
         if (!si->pq_head[q])
             si->pq_tail[q] = NULL;
+        si->pq_n[q]--;
+        si->pq_bytes[q] -= m->len;
     }
     char why[256] = "";
     if (!m)

@@ -17,16 +17,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void stage_send_ready(stage_inst *si, bool ok, const char *error)
+/* READY for stage `index` of instance `inst` headed by `head`: loaded, or
+ * refused or failed and why. */
+static void send_ready(pipeline *p, const char *head, uint32_t inst, int index, bool ok,
+                       const char *error, uint64_t weight_bytes)
 {
-    json_t *j = json_pack("{s:I, s:i, s:b, s:s, s:I}", "inst", (json_int_t)si->inst, "index",
-                          si->index, "ok", ok, "error", error ? error : "", "weight_bytes",
-                          (json_int_t)(si->m ? si->m->weight_bytes : 0));
+    json_t *j = json_pack("{s:I, s:i, s:b, s:s, s:I}", "inst", (json_int_t)inst, "index",
+                          index, "ok", ok, "error", error ? error : "", "weight_bytes",
+                          (json_int_t)weight_bytes);
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     if (txt)
-        pl__send_to(si->p, si->head, PIPE_READY, txt, strlen(txt));
+        pl__send_to(p, head, PIPE_READY, txt, strlen(txt));
     free(txt);
     json_decref(j);
+}
+
+static void stage_send_ready(stage_inst *si, bool ok, const char *error)
+{
+    send_ready(si->p, si->head, si->inst, si->index, ok, error, si->m ? si->m->weight_bytes : 0);
 }
 
 static void stage_send_error(stage_inst *si, uint32_t group, const char *why)
@@ -62,6 +70,68 @@ static void pull_progress(void *ud, uint64_t done, uint64_t total, double bytes_
            (double)total / 1e6, bytes_per_s / 1e6, left);
 }
 
+/* The bytes the stage will allocate for its KV cache, and for its batch
+ * and logit buffers (roughly as stage_new and stage_load do), in double: a
+ * hostile set-up's product may not fit 64 bits. */
+static void stage_bytes(const stage_inst *si, double *kv, double *buffers)
+{
+    const model_hparams *hp = &si->m->hp;
+    const model_shard *sh = &si->m->shard;
+    const double B = si->n_batch, E = hp->n_embd, F = 4.0;
+    double per_pos = hp->kv_lora_rank > 0 ? hp->kv_lora_rank + hp->rope_dim
+                                          : (double)sh->n_head_kv * (hp->head_dim + hp->head_dim_v);
+    *kv = (double)(si->last - si->first) * si->n_seq * si->n_ctx * per_pos * F;
+    double ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+    double work = B * (6 * E + 2 * ff + 3.0 * hp->n_head * hp->head_dim) * F +
+                  (double)si->n_threads * hp->n_head * si->n_ctx * F;
+    double io = B * E * F * (1 + si->n_ranks) +
+                (si->last == hp->n_layer ? (double)si->n_seq * hp->n_vocab * F * 2 : B * E * F);
+    *buffers = work + io;
+}
+
+/* Refuses a stage whose KV cache is more than the memory this node offers
+ * (its free memory under --max-memory: what placement fits the weights and
+ * KV caches of its stages into), or whose KV cache and buffers are more
+ * than is left of its memory beside the stages it runs already; else
+ * books the bytes (si->mem_need). */
+static int stage_reserve(stage_inst *si)
+{
+    pipeline *p = si->p;
+    json_t *snap = cluster_snapshot(p->c), *n;
+    size_t i;
+    double offer = 0, total = 0, kv, buffers;
+    json_array_foreach(json_object_get(snap, "nodes"), i, n)
+        if (json_is_true(json_object_get(n, "self"))) {
+            json_t *hw = json_object_get(n, "hardware");
+            offer = json_number_value(json_object_get(hw, "mem_offer"));
+            total = json_number_value(json_object_get(hw, "mem_total"));
+        }
+    json_decref(snap);
+    stage_bytes(si, &kv, &buffers);
+    const double MiB = 1048576.0;
+    if (offer <= 0 || total <= 0)
+        return 0;                 /* a platform that does not say: the allocations will */
+    pthread_mutex_lock(&p->mu);
+    double booked = 0;
+    for (stage_inst *o = p->stages; o; o = o->next)
+        if (o != si && !o->done)
+            booked += (double)o->mem_need;
+    bool fits = kv <= offer && kv + buffers + booked <= total;
+    if (fits)
+        si->mem_need = (uint64_t)(kv + buffers);
+    pthread_mutex_unlock(&p->mu);
+    if (kv > offer)
+        return rc_fail(RC_ELIMIT, "the set-up asks for a KV cache of %.0f MiB (%d sequences x %d "
+                       "positions) and this node offers %.0f MiB", kv / MiB, si->n_seq,
+                       si->n_ctx, offer / MiB);
+    if (!fits)
+        return rc_fail(RC_ELIMIT, "the set-up asks for %.0f MiB (%d sequences x %d positions, "
+                       "batches of %d) and this node has %.0f MiB, %.0f MiB of it booked by the "
+                       "stages it runs", (kv + buffers) / MiB, si->n_seq, si->n_ctx, si->n_batch,
+                       total / MiB, booked / MiB);
+    return 0;
+}
+
 static int stage_load(stage_inst *si)
 {
     char path[1200];
@@ -81,6 +151,14 @@ static int stage_load(stage_inst *si)
     if (hp->n_layer < si->last || hp->n_embd != si->n_embd_want)
         return rc_fail(RC_EINVAL, "%s here has %d layers of width %d, the head's has width %d",
                        path, hp->n_layer, hp->n_embd, si->n_embd_want);
+    if (si->n_ranks > 1 && (si->first != 0 || si->last != hp->n_layer))
+        return rc_fail(RC_EINVAL, "a tensor-parallel shard runs every layer, not %d-%d",
+                       si->first, si->last - 1);
+    if (hp->n_ctx_train > 0 && si->n_ctx > hp->n_ctx_train)
+        return rc_fail(RC_ELIMIT, "a context of %d positions asked, %s is trained for %d",
+                       si->n_ctx, si->model_name, hp->n_ctx_train);
+    if ((rc = stage_reserve(si)))
+        return rc;
     stage_params sp = { .n_ctx = si->n_ctx, .n_seq = si->n_seq, .n_batch = si->n_batch,
                         .n_threads = si->n_threads, .precision = MATMUL_FAST,
                         .reduce = pl__shard_reduce, .reduce_ud = si };
@@ -384,6 +462,8 @@ static void *stage_thread(void *arg)
         si->q_head = m->next;
         if (!si->q_head)
             si->q_tail = NULL;
+        si->q_n--;
+        si->q_bytes -= m->len;
         pthread_mutex_unlock(&p->mu);
         if (si->st) {
             uint64_t t_run = os_now_ns();
@@ -399,8 +479,13 @@ static void *stage_thread(void *arg)
     stage_inst_release(si);
     pthread_mutex_lock(&p->mu);
     free_queue(&si->q_head, &si->q_tail);
-    for (int q = 0; q < si->n_ranks; q++)
+    si->q_n = 0;
+    si->q_bytes = 0;
+    for (int q = 0; q < si->n_ranks; q++) {
         free_queue(&si->pq_head[q], &si->pq_tail[q]);
+        si->pq_n[q] = 0;
+        si->pq_bytes[q] = 0;
+    }
     si->done = true;
     pthread_mutex_unlock(&p->mu);
     if (si->n_ranks > 1)
@@ -435,28 +520,102 @@ void pl__reap_locked(pipeline *p)
     }
 }
 
+/* Whether s is a node id (32 lowercase hex digits, as the cluster writes
+ * them). */
+static bool is_node_id(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
+            return false;
+    return n == 32;
+}
+
+/* Refuses a set-up: logged, and when it named its instance, the head (the
+ * sender) hears why in a READY. */
+static void setup_refuse(pipeline *p, const char *from, json_int_t inst, json_int_t index,
+                         const char *why)
+{
+    pl__refuse(p, from, PIPE_SETUP, "%s", why);
+    if (inst >= 0 && inst <= UINT32_MAX && index >= 0 && index < PIPELINE_MAX_STAGES) {
+        char text[300];
+        snprintf(text, sizeof text, "node %.8s refuses the set-up: %s", p->self, why);
+        send_ready(p, from, (uint32_t)inst, (int)index, false, text, 0);
+    }
+}
+
+/* What is wrong with a set-up's numbers, or NULL (the limits of
+ * docs/cluster-protocol.md section 9). */
+static const char *setup_check(json_int_t index, json_int_t n_stages, json_int_t first,
+                               json_int_t last, json_int_t n_ctx, json_int_t n_seq,
+                               json_int_t n_batch, json_int_t threads, json_int_t n_embd,
+                               const char *model_name, const char *next, const char *prev,
+                               const json_t *shards, char *buf, size_t cap)
+{
+    if (n_stages < 1 || n_stages > PIPELINE_MAX_STAGES || index < 0 || index >= n_stages)
+        return "stage index or count out of range";
+    if (first < 0 || last <= first || last > 100000)
+        return "bad layer range";
+    if (n_ctx <= 0 || n_ctx > SETUP_MAX_CTX || n_seq <= 0 || n_seq > SETUP_MAX_SEQ ||
+        n_batch <= 0 || n_batch > SETUP_MAX_BATCH) {
+        snprintf(buf, cap, "%lld positions x %lld sequences, batches of %lld: the limits are "
+                 "1-%d, 1-%d and 1-%d", (long long)n_ctx, (long long)n_seq, (long long)n_batch,
+                 SETUP_MAX_CTX, SETUP_MAX_SEQ, SETUP_MAX_BATCH);
+        return buf;
+    }
+    if (threads < 0 || threads > 1024 || n_embd <= 0 || n_embd > (1 << 20))
+        return "bad thread count or width";
+    if (!model_name[0] || strlen(model_name) >= 256 || (next[0] && !is_node_id(next)))
+        return "bad model name or next node";
+    if (shards) {
+        if (!json_is_array(shards) || json_array_size(shards) < 2 ||
+            json_array_size(shards) > PIPELINE_MAX_STAGES ||
+            json_array_size(shards) != (size_t)n_stages)
+            return "bad shard list";
+        for (size_t q = 0; q < json_array_size(shards); q++) {
+            const char *id = json_string_value(json_array_get(shards, q));
+            if (!id || !is_node_id(id))
+                return "bad shard list";
+        }
+    } else if (index > 0 && !(prev && is_node_id(prev))) {
+        /* without it any node could feed this stage batches */
+        return "a stage after the first without the previous stage's node (\"prev\")";
+    }
+    return NULL;
+}
+
 void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len)
 {
     json_error_t jerr;
     json_t *j = json_loadb((const char *)data, len, 0, &jerr);
     json_int_t inst = -1, index = -1, first = -1, last = -1, n_ctx = 0, n_seq = 0, n_batch = 0,
                threads = 0, n_embd = 0, n_stages = 0;
-    const char *model_name = NULL, *next = NULL, *wire_enc = NULL;
+    const char *model_name = NULL, *next = NULL, *wire_enc = NULL, *prev = NULL;
     json_t *shards = NULL;
     json_int_t cut = 0;
-    if (!j || json_unpack(j, "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s?o, s?I}",
+    char buf[200];
+    const char *bad = NULL;
+    if (!j || json_unpack(j, "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s?o, s?I, s?s}",
                           "inst", &inst, "index", &index, "model", &model_name, "first", &first,
                           "last", &last, "n_ctx", &n_ctx, "n_seq", &n_seq, "n_batch", &n_batch,
                           "threads", &threads, "n_embd", &n_embd, "wire", &wire_enc, "next",
-                          &next, "n_stages", &n_stages, "shards", &shards, "cut", &cut) ||
-        (shards && (!json_is_array(shards) || json_array_size(shards) < 2 ||
-                    json_array_size(shards) > PIPELINE_MAX_STAGES ||
-                    (size_t)index >= json_array_size(shards))) ||
-        inst < 0 || inst > UINT32_MAX || index < 0 || index >= PIPELINE_MAX_STAGES ||
-        first < 0 || last <= first || last > 100000 || n_ctx <= 0 || n_ctx > (1 << 24) ||
-        n_seq <= 0 || n_seq > 4096 || n_batch <= 0 || n_batch > 65536 || threads < 0 ||
-        threads > 1024 || n_embd <= 0 || strlen(model_name) >= 256 || strlen(next) > 32) {
-        rc_log(LOG_WARN, "pipeline: malformed stage set-up from %.8s", from);
+                          &next, "n_stages", &n_stages, "shards", &shards, "cut", &cut,
+                          "prev", &prev))
+        bad = "malformed set-up";
+    else
+        bad = setup_check(index, n_stages, first, last, n_ctx, n_seq, n_batch, threads, n_embd,
+                          model_name, next, prev, shards, buf, sizeof buf);
+    if (!bad && (inst < 0 || inst > UINT32_MAX))
+        bad = "bad instance number";
+    if (bad) {
+        if (!j) {
+            inst = -1;                /* nothing to answer */
+        } else if (inst < 0) {
+            json_t *ji = json_object_get(j, "inst"), *jx = json_object_get(j, "index");
+            inst = json_is_integer(ji) ? json_integer_value(ji) : -1;
+            index = json_is_integer(jx) ? json_integer_value(jx) : -1;
+        }
+        setup_refuse(p, from, inst, index, bad);
         json_decref(j);
         return;
     }
@@ -473,13 +632,19 @@ void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len
     si->n_stages = (int)n_stages;
     snprintf(si->model_name, sizeof si->model_name, "%s", model_name);
     snprintf(si->next_node, sizeof si->next_node, "%s", next);
+    /* batches come from the head to stage 0 and to every shard, else from
+     * the stage before */
+    snprintf(si->prev_node, sizeof si->prev_node, "%s", index > 0 && !shards ? prev : from);
     si->first = (int)first;
     si->last = (int)last;
     si->n_ctx = (int)n_ctx;
     si->n_seq = (int)n_seq;
     si->n_batch = (int)n_batch;
+    /* more threads than this machine's CPUs only adds switching */
     si->n_threads = threads > 0 ? (int)threads : p->n_threads > 0 ? p->n_threads
                                                                   : os_n_physical_cores();
+    if (si->n_threads > os_n_cpus())
+        si->n_threads = os_n_cpus();
     si->n_embd_want = (int)n_embd;
     si->wire_f32 = !strcmp(wire_enc, "f32");
     si->cut = (int)cut;
@@ -487,22 +652,30 @@ void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len
     if (shards) {
         si->n_ranks = (int)json_array_size(shards);
         si->rank = si->index;
-        for (int q = 0; q < si->n_ranks; q++) {
-            const char *id = json_string_value(json_array_get(shards, (size_t)q));
-            if (!id || strlen(id) != 32) {
-                rc_log(LOG_WARN, "pipeline: malformed shard list in a set-up from %.8s", from);
-                json_decref(j);
-                rc_free(si);
-                return;
-            }
-            snprintf(si->peers[q], sizeof si->peers[q], "%s", id);
-        }
+        for (int q = 0; q < si->n_ranks; q++)
+            snprintf(si->peers[q], sizeof si->peers[q], "%s",
+                     json_string_value(json_array_get(shards, (size_t)q)));
     }
     json_decref(j);
     pthread_cond_init(&si->cv, NULL);
     pthread_mutex_lock(&p->mu);
     pl__reap_locked(p);
     stage_inst *old = pl__find_stage_locked(p, si->head, si->inst);
+    int n_all = 0, n_head = 0;
+    for (stage_inst *o = p->stages; o; o = o->next)
+        if (!o->stop && o != old) {
+            n_all++;
+            n_head += !strcmp(o->head, si->head);
+        }
+    if (n_head >= STAGES_PER_HEAD || n_all >= STAGES_MAX) {
+        pthread_mutex_unlock(&p->mu);
+        snprintf(buf, sizeof buf, "this node runs %d stages already (%d for that head; at most "
+                 "%d and %d)", n_all, n_head, STAGES_MAX, STAGES_PER_HEAD);
+        setup_refuse(p, from, inst, index, buf);
+        pthread_cond_destroy(&si->cv);
+        rc_free(si);
+        return;
+    }
     if (old) {
         old->stop = true;
         pthread_cond_signal(&old->cv);
@@ -525,21 +698,6 @@ void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len
     pthread_mutex_unlock(&p->mu);
 }
 
-/* A copy of a message for a queue of a stage (mu held). */
-static void enqueue_locked(stage_inst *si, msg **head, msg **tail, msg *m, const uint8_t *data,
-                           size_t len)
-{
-    m->next = NULL;
-    m->len = len;
-    memcpy(m->data, data, len);
-    if (*tail)
-        (*tail)->next = m;
-    else
-        *head = m;
-    *tail = m;
-    pthread_cond_signal(&si->cv);
-}
-
 /* The stage a batch or part is for: its first bytes name the head and the
  * instance (mu held; NULL when this node runs no such stage). */
 static stage_inst *addressee_locked(pipeline *p, const uint8_t *data, char head[33],
@@ -552,21 +710,34 @@ static stage_inst *addressee_locked(pipeline *p, const uint8_t *data, char head[
 
 void pl__on_batch(pipeline *p, const char *from, const uint8_t *data, size_t len)
 {
-    if (len < BATCH_HDR)
+    if (len < BATCH_HDR) {
+        pl__refuse(p, from, PIPE_BATCH, "%zu bytes, shorter than a batch's header", len);
         return;
+    }
     char head[33];
     uint32_t inst;
     msg *m = rc_malloc(sizeof *m + len);
     pthread_mutex_lock(&p->mu);
     stage_inst *si = addressee_locked(p, data, head, &inst);
-    if (si && m)
-        enqueue_locked(si, &si->q_head, &si->q_tail, m, data, len);
+    /* only the plan's node before this one may feed it */
+    bool sender = si && !strcmp(si->prev_node, from);
+    bool queued = sender && m &&
+                  pl__enqueue_locked(si, &si->q_head, &si->q_tail, &si->q_n, &si->q_bytes, m,
+                                     data, len);
+    int q_n = si ? si->q_n : 0;
     pthread_mutex_unlock(&p->mu);
-    if (!si || !m) {
-        rc_free(m);
-        rc_log(LOG_WARN, "pipeline: a batch from %.8s for instance %u of %.8s, which this node "
-               "does not run", from, inst, head);
-    }
+    if (queued)
+        return;
+    rc_free(m);
+    if (!si)
+        pl__refuse(p, from, PIPE_BATCH, "for instance %u of %.8s, which this node does not run",
+                   inst, head);
+    else if (!sender)
+        pl__refuse(p, from, PIPE_BATCH, "for instance %u of %.8s, whose batches come from node "
+                   "%.8s only", inst, head, si->prev_node);
+    else if (m)
+        pl__refuse(p, from, PIPE_BATCH, "for instance %u of %.8s: %d batches wait already",
+                   inst, head, q_n);
 }
 
 void pl__on_stop(pipeline *p, const char *from, const uint8_t *data, size_t len)
@@ -575,6 +746,7 @@ void pl__on_stop(pipeline *p, const char *from, const uint8_t *data, size_t len)
     if (len != 4)
         return;
     memcpy(&inst, data, 4);
+    /* the instance is looked up as the sender's own: no node stops another's */
     pthread_mutex_lock(&p->mu);
     stage_inst *si = pl__find_stage_locked(p, from, inst);
     if (si) {
@@ -586,8 +758,10 @@ void pl__on_stop(pipeline *p, const char *from, const uint8_t *data, size_t len)
 
 void pl__on_partial(pipeline *p, const char *from, const uint8_t *data, size_t len)
 {
-    if (len < PARTIAL_HDR)
+    if (len < PARTIAL_HDR) {
+        pl__refuse(p, from, PIPE_PARTIAL, "%zu bytes, shorter than a part's header", len);
         return;
+    }
     char head[33];
     uint32_t inst;
     msg *m = rc_malloc(sizeof *m + len);
@@ -597,12 +771,17 @@ void pl__on_partial(pipeline *p, const char *from, const uint8_t *data, size_t l
     for (int k = 0; si && k < si->n_ranks; k++)
         if (k != si->rank && !strcmp(si->peers[k], from) && !si->chan[k])
             q = k;
-    if (q >= 0 && m)
-        enqueue_locked(si, &si->pq_head[q], &si->pq_tail[q], m, data, len);
+    bool queued = q >= 0 && m &&
+                  pl__enqueue_locked(si, &si->pq_head[q], &si->pq_tail[q], &si->pq_n[q],
+                                     &si->pq_bytes[q], m, data, len);
     pthread_mutex_unlock(&p->mu);
-    if (q < 0 || !m) {
-        rc_free(m);
-        rc_log(LOG_WARN, "pipeline: a shard's part from %.8s for instance %u of %.8s, which "
-               "this node does not share with it (or takes on a data channel)", from, inst, head);
-    }
+    if (queued)
+        return;
+    rc_free(m);
+    if (q < 0)
+        pl__refuse(p, from, PIPE_PARTIAL, "for instance %u of %.8s, which this node does not "
+                   "share with it (or takes on a data channel)", inst, head);
+    else if (m)
+        pl__refuse(p, from, PIPE_PARTIAL, "for instance %u of %.8s: too many of its parts wait "
+                   "already", inst, head);
 }

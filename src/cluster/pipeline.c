@@ -9,7 +9,10 @@
 #include "base/log.h"
 #include "base/mem.h"
 
+#include "base/os.h"
+
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +24,93 @@ stage_inst *pl__find_stage_locked(pipeline *p, const char *head, uint32_t inst)
         if (si->inst == inst && !strcmp(si->head, head) && !si->stop)
             return si;
     return NULL;
+}
+
+static const char *type_name(int type)
+{
+    static const char *const names[] = { "SETUP", "READY", "BATCH", "RESULT", "STOP",
+                                         "PARTIAL", "BIND" };
+    return type >= PIPE_SETUP && type <= PIPE_BIND ? names[type - PIPE_SETUP] : "message";
+}
+
+/* The name node `id` gives itself in the view, printable characters only
+ * (it is the peer's to choose). */
+static void node_name(pipeline *p, const char *id, char *out, size_t cap)
+{
+    json_t *snap = cluster_snapshot(p->c), *n;
+    size_t i, k = 0;
+    const char *name = "?";
+    json_array_foreach(json_object_get(snap, "nodes"), i, n) {
+        const char *nid = json_string_value(json_object_get(n, "id"));
+        const char *nn = json_string_value(json_object_get(n, "name"));
+        if (nid && nn && !strcmp(nid, id))
+            name = nn;
+    }
+    for (; name[k] && k + 1 < cap; k++)
+        out[k] = name[k] > 0x20 && name[k] < 0x7f ? name[k] : '?';
+    out[k] = 0;
+    json_decref(snap);
+}
+
+void pl__refuse(pipeline *p, const char *from, int type, const char *fmt, ...)
+{
+    uint64_t now = os_now_ns();
+    unsigned quiet = 0;
+    pthread_mutex_lock(&p->log_mu);
+    struct refusal *r = NULL, *oldest = &p->refused[0];
+    for (size_t i = 0; i < sizeof p->refused / sizeof p->refused[0]; i++) {
+        struct refusal *e = &p->refused[i];
+        if (e->type == type && !strcmp(e->from, from))
+            r = e;
+        if (e->t_ns < oldest->t_ns)
+            oldest = e;
+    }
+    if (r && now - r->t_ns < 1000000000ull) {
+        r->quiet++;
+        pthread_mutex_unlock(&p->log_mu);
+        return;
+    }
+    if (!r) {
+        r = oldest;
+        snprintf(r->from, sizeof r->from, "%s", from);
+        r->type = type;
+        r->quiet = 0;
+    }
+    quiet = r->quiet;
+    r->quiet = 0;
+    r->t_ns = now;
+    pthread_mutex_unlock(&p->log_mu);
+    char why[300], name[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    node_name(p, from, name, sizeof name);
+    if (quiet)
+        rc_log(LOG_WARN, "pipeline: refused a %s from node %.8s (%s): %s (and %u more from it "
+               "since the last such line)", type_name(type), from, name, why, quiet);
+    else
+        rc_log(LOG_WARN, "pipeline: refused a %s from node %.8s (%s): %s", type_name(type), from,
+               name, why);
+}
+
+bool pl__enqueue_locked(stage_inst *si, msg **head, msg **tail, int *n, size_t *bytes, msg *m,
+                        const uint8_t *data, size_t len)
+{
+    if (*n > 0 && (*n >= QUEUE_MAX_MSGS || *bytes + len > QUEUE_MAX_BYTES))
+        return false;
+    m->next = NULL;
+    m->len = len;
+    memcpy(m->data, data, len);
+    if (*tail)
+        (*tail)->next = m;
+    else
+        *head = m;
+    *tail = m;
+    (*n)++;
+    *bytes += len;
+    pthread_cond_signal(&si->cv);
+    return true;
 }
 
 static void on_msg(void *ud, const char *from, int type, const uint8_t *data, size_t len)
@@ -107,11 +197,13 @@ int pipeline_new(struct cluster *c, int n_threads, pipeline **out)
     p->n_threads = n_threads;
     snprintf(p->self, sizeof p->self, "%s", cluster_self_id(c));
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->log_mu, NULL);
     int rc = cluster_add_handler(c, 0x40, 0x4f, on_msg, p);
     if (!rc)
         rc = cluster_add_down_handler(c, on_down, p);
     if (rc) {
         pthread_mutex_destroy(&p->mu);
+        pthread_mutex_destroy(&p->log_mu);
         rc_free(p);
         return rc;
     }
@@ -144,6 +236,11 @@ void pipeline_stop(pipeline *p)
         struct timespec ts = { 0, 5000000L };
         nanosleep(&ts, NULL);
     }
+    /* (it sends through the cluster, which is freed next) */
+    if (p->inject_started) {
+        pthread_join(p->inject, NULL);
+        p->inject_started = false;
+    }
 }
 
 void pipeline_free(pipeline *p)
@@ -158,6 +255,7 @@ void pipeline_free(pipeline *p)
         rc_free(e);
     }
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->log_mu);
     rc_free(p);
 }
 
@@ -201,6 +299,18 @@ json_t *pipeline_status(pipeline *p)
         }
     pthread_mutex_unlock(&p->mu);
     return json_pack("{s:o, s:o}", "instances", heads, "stages", stages);
+}
+
+int pipeline_plan_slots(pipeline *p, const char *head, const char *model_name)
+{
+    int n = 0;
+    pthread_mutex_lock(&p->mu);
+    for (stage_inst *si = p->stages; si; si = si->next)
+        if (!si->stop && !si->done && !strcmp(si->head, head) &&
+            !strcmp(si->model_name, model_name) && si->n_seq > n)
+            n = si->n_seq;
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
 void pipeline_traffic(pipeline *p, uint64_t *bytes_out, uint64_t *msgs_out)

@@ -69,8 +69,18 @@ void pipeline_set_weights(pipeline *p, struct weights *w);
  * failed); the engine keeps running but every batch fails. */
 bool pipeline_exec_broken(engine_exec *x);
 
+/* The sequence slots of the instance of `model_name` that node `head` set up
+ * with a stage on this node (the most, if several), or 0 when this node
+ * runs none: what that head's plan can hold, whatever it claims. */
+int pipeline_plan_slots(pipeline *p, const char *head, const char *model_name);
+
 /* Instances this node heads and stages it runs, for GET /v1/cluster. */
 json_t *pipeline_status(pipeline *p);
+
+/* Tests only (racimo-hooks): from now until pipeline_stop, this node sends
+ * the other nodes batches for their instances as a hostile member would
+ * (pipe_hostile.c).  0, or -1 when its thread cannot start. */
+int pipeline_test_inject(pipeline *p);
 
 /* Traffic counters (bytes of stage batches sent and received by this
  * node, messages), for benchmarks. */

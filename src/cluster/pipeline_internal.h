@@ -13,6 +13,7 @@
  *                   batches
  *   pipe_head.c     the head side: setting up the stages, the executor
  *                   the engine drives, results
+ *   pipe_hostile.c  tests only: a member injecting batches
  *
  * Cross-file functions are named pl__*.  Message layouts are in
  * docs/cluster-protocol.md, section 9.
@@ -76,6 +77,25 @@ enum { ENC_NONE = 0, ENC_F16 = 1, ENC_F32 = 2 };
  * experts by units, so its shards would not add up with ours. */
 #define SHARD_CUT 2
 
+/* What a set-up may ask of a node (docs/cluster-protocol.md section 9):
+ * the bounds of `racimo serve`'s --parallel, --ctx-size and --batch. */
+#define SETUP_MAX_SEQ 256
+#define SETUP_MAX_CTX (1 << 22)
+#define SETUP_MAX_BATCH (1 << 16)
+/* Stage instances this node runs at once, per head and in all: each has a
+ * thread and a KV cache, so a member cannot pile them up. */
+#define STAGES_PER_HEAD 32
+#define STAGES_MAX 128
+/* Messages waiting for a stage's worker, per queue (the batches, which
+ * only the node before may send; the parts from each peer shard).  An
+ * honest head keeps at most one batch per group in flight (16 groups at
+ * most) and a shard is at most two parts ahead of another, so only a flood
+ * fills them (before these bounds a flood grew the queue without end).
+ * Past the bytes bound a message is refused unless the queue is empty: one
+ * message always fits. */
+#define QUEUE_MAX_MSGS 64
+#define QUEUE_MAX_BYTES ((size_t)1 << 30)
+
 typedef struct msg {
     struct msg *next;
     size_t len;
@@ -91,6 +111,9 @@ typedef struct stage_inst {
     int index, n_stages;
     char model_name[256];
     char next_node[33];
+    char prev_node[33];       /* who sends our batches: the previous stage, or the head
+                                 (stage 0, every shard) */
+    uint64_t mem_need;        /* bytes the set-up asked of this node (KV cache, buffers) */
     int first, last, n_ctx, n_seq, n_batch, n_threads, n_embd_want;
     bool wire_f32;
     int cut;                  /* SHARD_CUT of the head's set-up (tensor parallel) */
@@ -101,6 +124,8 @@ typedef struct stage_inst {
     uint8_t *wbuf;
     size_t wcap;
     msg *q_head, *q_tail;
+    int q_n;                  /* messages and bytes in q (QUEUE_MAX_*) */
+    size_t q_bytes;
     bool stop, done;
     pthread_cond_t cv;
     pthread_t thread;
@@ -110,6 +135,8 @@ typedef struct stage_inst {
     int rank, n_ranks;
     char peers[PIPELINE_MAX_STAGES][33];
     msg *pq_head[PIPELINE_MAX_STAGES], *pq_tail[PIPELINE_MAX_STAGES];
+    int pq_n[PIPELINE_MAX_STAGES];
+    size_t pq_bytes[PIPELINE_MAX_STAGES];
     uint64_t n_parts;         /* partials sent so far (each shard counts the same) */
     uint64_t wait_ns;         /* time spent waiting for the others' parts */
     uint64_t forward_ns;      /* time in forward passes (waits included) */
@@ -169,6 +196,15 @@ struct pipeline {
     uint32_t next_inst;
     _Atomic uint64_t bytes_out, msgs_out;
     struct pend_chan *pend;   /* channels (or their refusals) for shards not set up yet */
+    pthread_t inject;         /* tests only: pipe_hostile.c */
+    bool inject_started;
+    pthread_mutex_t log_mu;   /* the refusals' rate limit */
+    struct refusal {
+        char from[33];
+        int type;
+        uint64_t t_ns;
+        unsigned quiet;       /* refusals not logged since */
+    } refused[16];
 };
 
 /* A PIPE_BIND that came before the set-up of the shard it is for. */
@@ -248,6 +284,15 @@ static inline uint64_t rb_u64(rbuf *r) { uint64_t v = 0; const void *d = rb_get(
 
 /* pipeline.c */
 stage_inst *pl__find_stage_locked(pipeline *p, const char *head, uint32_t inst);
+/* Logs a message of `type` from node `from` that this node refuses, with
+ * the sender's name and why (printf-style), at most once a second per
+ * sender and type (the line counts those not logged).  Without mu. */
+void pl__refuse(pipeline *p, const char *from, int type, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Queues a copy of a message (len bytes at data) on a stage's queue unless
+ * it is full (mu held): false, m untouched, when refused. */
+bool pl__enqueue_locked(stage_inst *si, msg **head, msg **tail, int *n, size_t *bytes, msg *m,
+                        const uint8_t *data, size_t len);
 /* Sends a message to node `to`; one to this node itself goes straight
  * through the handler on the caller's thread, which therefore must
  * not hold mu. */

@@ -20,7 +20,12 @@
 #   a model larger than each node's address-space limit (RLIMIT_AS, ~65% of
 #   the model) fails on one node and runs across two, the second node
 #   pulling only its layers' bytes from the first, each node's peak
-#   resident memory near its share.
+#   resident memory near its share;
+#   a member claiming 10000 free slots (racimo-hooks) is counted at 256 and
+#   takes turns with an honest copy instead of getting every request that
+#   a busy node forwards, and every request is answered; a member injecting
+#   batches into another node's instance (racimo-hooks) is refused and
+#   logged while 8 streams through it complete unchanged.
 #
 # Prints "N passed, N failed, N skipped" last.  Logs stay in
 # build/pipeline-e2e/.  Usage: tests/cluster/pipeline.sh (RACIMO_BIN;
@@ -453,7 +458,7 @@ else bad "peak RSS $hwm1 / $hwm2 of $size"; fi
 # instance back by itself ----
 for i in 3 4; do
   stop_node "$i" KILL 2>/dev/null
-  rm -f "$T/n$i/cluster.key" "$T/n$i/node.id" "$T/n$i/peers.json" "$T/n$i/models/"*
+  rm -f "$T/n$i/cluster.key" "$T/n$i/node.id" "$T/n$i/peers.json"
 done
 # a member without room for a share (so that 2 of 3 keep a quorum)
 start_node 3 --join "$TOKEN" --peer 10.77.0.1 --max-memory 64M
@@ -497,6 +502,70 @@ else bad "no placement after node 4 joined: $(grep 'model big' "$T/n1.out" | tai
 got=$(complete 10.77.0.1 "$P-n1" "hello world" 12)
 [ "$got" = "$want" ] && ok "the next request is answered with the same text" ||
   bad "after node 4 joined: $got, want $want"
+for i in 3 4; do stop_node "$i"; done
+
+# ---- a member that claims 10000 free slots gets no more than its share ----
+# node 1 (1 slot) forwards what it cannot start to the copies on node 2
+# (2 slots, honest) and node 3 (racimo-hooks: claims 10000 slots, all
+# free): each node's view caps a node's free slots at its slots and those
+# at 256, and node 1 takes the copies with a slot free in turn, counting
+# its own requests running there
+MODEL=m8
+for i in 1 2; do stop_node "$i" 2>/dev/null; rm -f "$T/n$i/cluster.key" "$T/n$i/node.id" "$T/n$i/peers.json"; done
+rm -f "$T/n3/cluster.key" "$T/n3/node.id" "$T/n3/peers.json"
+start_node 1 --parallel 1 -m "$T/n1/models/$MODEL.gguf"
+TOKEN=$("$BIN" token --state-dir "$T/n1")
+start_node 2 --join "$TOKEN" --peer 10.77.0.1 --parallel 2 -m "$T/n2/models/$MODEL.gguf"
+RACIMO_TEST_FAKE_SLOTS=10000 NODE_BIN=$HOOKS_BIN start_node 3 --join "$TOKEN" --peer 10.77.0.1 \
+  --parallel 2 -m "$T/n3/models/$MODEL.gguf"
+id2=$(cat "$T/n2/node.id") id3=$(cat "$T/n3/node.id")
+serving() { view 1 | jq -e --arg a "$id2" --arg b "$id3" --arg m "$MODEL" \
+  '[.nodes[] | select((.id == $a or .id == $b) and (.serving | index($m)))] | length == 2' >/dev/null; }
+wait_for 30 eval 'n_up 1 3 && serving' || bad "three nodes up, nodes 2 and 3 serving $MODEL"
+caps=$(view 1 | jq -c --arg b "$id3" --arg m "$MODEL" '.nodes[] | select(.id == $b) | [.serving_free[$m], .serving_slots[$m]]')
+pids=()
+for k in $(seq 12); do complete 10.77.0.1 "$P-n1" "${PROMPTS[0]}" 24 >"$T/slots$k" & pids+=($!); done
+wait "${pids[@]}"
+answered=0
+for k in $(seq 12); do [ "$(cat "$T/slots$k")" = "${REF[0]}" ] && answered=$((answered+1)); done
+to2=$(grep -c "forward: /v1/completions for $MODEL to node ${id2:0:8}" "$T/n1.out")
+to3=$(grep -c "forward: /v1/completions for $MODEL to node ${id3:0:8}" "$T/n1.out")
+echo "  forwarded to the honest node: $to2, to the one claiming 10000 slots: $to3 (its free and slots in node 1's view: $caps)"
+if [ "$answered" = 12 ] && [ "$caps" = "[256,256]" ] && [ "$to2" -ge 2 ] && [ "$to3" -lt $((to2 + to3)) ]; then
+  ok "a member claiming 10000 free slots is counted at 256 and gets a turn, not every forwarded request; all 12 answered with one node's text"
+else bad "fake slots: $answered of 12 answered; forwarded $to2 to the honest node, $to3 to the liar; its slots in the view $caps"; fi
+
+# ---- a member injecting batches into another node's instance ----
+# node 1's instance runs over nodes 1 and 2; then node 3 (racimo-hooks)
+# sends every node, every 100 ms, a batch for every head's instances 1-8:
+# the stage nodes refuse them (the batches of an instance come only from
+# the node before in its plan), say so naming node 3, and 8 streams
+# through the instance complete with one node's text
+stop_node 3
+for i in 1 2; do stop_node "$i"; done
+start_node 1 --pipeline-wire f32 --min-nodes 2
+start_node 2 --join "$TOKEN" --peer 10.77.0.1
+wait_for 20 n_up 1 2 || bad "nodes 1 and 2 up again"
+complete 10.77.0.1 "$P-n1" "${PROMPTS[0]}" 4 >/dev/null     # places the instance on 1 and 2
+RACIMO_TEST_INJECT_BATCHES=1 NODE_BIN=$HOOKS_BIN start_node 3 --join "$TOKEN" --peer 10.77.0.1
+wait_for 20 n_up 1 3 || bad "the injecting node up"
+pids=()
+for k in 0 1 2 3; do for smp in 0 1; do
+  stream_req 10.77.0.1 "$P-n1" "${FPROMPTS[$k]}" $smp "$T/inj$k$smp" & pids+=($!)
+done; done
+wait "${pids[@]}"
+same=0
+for k in 0 1 2 3; do for smp in 0 1; do
+  [ "$(sse_text "$T/inj$k$smp")" = "${FREF[$k$smp]}" ] && same=$((same+1))
+done; done
+stages=$(view 1 | jq -c "[.pipelines.instances[] | select(.model == \"$MODEL\") | .stages[].node]")
+stop_node 3
+refusals=$(grep -h "refused a BATCH from node ${id3:0:8} (node3)" "$T/n1.out" "$T/n2.out" | head -n 2)
+echo "$refusals" | sed 's/^/  /'
+if [ "$same" = 8 ] && [ -n "$refusals" ] && grep -q "injected [1-9][0-9]* batches" "$T/n3.out" &&
+   [[ "$stages" != *"$id3"* ]]; then
+  ok "a member injecting batches into another node's instance is refused and logged; all 8 streams complete with one node's text"
+else bad "injected batches: $same of 8 streams identical; instance on $stages; refusals: $refusals"; fi
 
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
