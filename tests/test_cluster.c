@@ -356,10 +356,12 @@ static int recv_all(int fd, uint8_t *p, size_t n, int ms)
     return 0;
 }
 
-static int fake_open(fake *f, struct cluster *c, const uint8_t id[16], int major)
+/* Dials c's cluster port as node `id` holding `key`; the result of the
+ * handshake (0: both sides authenticated). */
+static int fake_open_key(fake *f, struct cluster *c, const uint8_t key[32], const uint8_t id[16],
+                         int major)
 {
-    uint8_t key[32], hello[WIRE_HELLO_BYTES], peer[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
-    CHECK_OK(wire_token_decode(cluster_join_token(c), key, NULL, 0));
+    uint8_t hello[WIRE_HELLO_BYTES], peer[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
     memcpy(f->id, id, 16);
     f->fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)cluster_port(c)) };
@@ -374,6 +376,13 @@ static int fake_open(fake *f, struct cluster *c, const uint8_t id[16], int major
     CHECK_INT(send(f->fd, auth, sizeof auth, 0), ==, (long)sizeof auth);
     CHECK_OK(recv_all(f->fd, auth, sizeof auth, 3000));
     return wire_on_auth(&f->ws, auth);
+}
+
+static int fake_open(fake *f, struct cluster *c, const uint8_t id[16], int major)
+{
+    uint8_t key[32];
+    CHECK_OK(wire_token_decode(cluster_join_token(c), key, NULL, 0));
+    return fake_open_key(f, c, key, id, major);
 }
 
 /* Reads until the node closes the connection: 1 if it did within ms. */
@@ -903,5 +912,132 @@ TEST_T(cluster_rotate_key, 90)
     cluster_free(e);
     cluster_free(c);
     cluster_free(b);
+    cluster_free(a);
+}
+
+/* ---- the overlap of a rotation: a member that missed the KEY ---- */
+
+static int listen_any(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = { .sin_family = AF_INET };
+    socklen_t sl = sizeof sin;
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof sin) || listen(fd, 4) ||
+        getsockname(fd, (struct sockaddr *)&sin, &sl))
+        return -1;
+    *port = ntohs(sin.sin_port);
+    return fd;
+}
+
+/* Accepts a dial and answers its handshake as the listener with `key`:
+ * 0 when the dialer's AUTH verified (it holds `key`), else non-zero. */
+static int fake_accept(fake *f, int lfd, const uint8_t key[32], const uint8_t id[16])
+{
+    uint8_t hello[WIRE_HELLO_BYTES], peer[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
+    struct pollfd pf = { .fd = lfd, .events = POLLIN };
+    if (poll(&pf, 1, 5000) <= 0 || (f->fd = accept(lfd, NULL, NULL)) < 0)
+        return -1;
+    wire_session_init(&f->ws, key, id, WIRE_LISTENER, WIRE_PROTO_MAJOR, WIRE_PROTO_MINOR, hello);
+    if (send(f->fd, hello, sizeof hello, MSG_NOSIGNAL) != (long)sizeof hello ||
+        recv_all(f->fd, peer, sizeof peer, 3000) || wire_on_hello(&f->ws, peer, auth) ||
+        send(f->fd, auth, sizeof auth, MSG_NOSIGNAL) != (long)sizeof auth ||
+        recv_all(f->fd, auth, sizeof auth, 3000))
+        return -1;
+    return wire_on_auth(&f->ws, auth);
+}
+
+/* Reads records until a message of `type` (one frame); its payload into
+ * out (cap bytes).  Its length, or -1. */
+static long fake_recv_type(fake *f, int type, uint8_t *out, size_t cap, int ms)
+{
+    static uint8_t buf[WIRE_REC_MAX], plain[WIRE_FRAME_MAX];
+    uint64_t end = os_now_ns() + (uint64_t)ms * 1000000;
+    while (os_now_ns() < end) {
+        uint8_t hdr[4];
+        if (recv_all(f->fd, hdr, 4, 200))
+            continue;
+        size_t n = wire_get32(hdr);
+        if (n > WIRE_REC_MAX - 4)
+            return -1;
+        memcpy(buf, hdr, 4);
+        if (recv_all(f->fd, buf + 4, n, 3000))
+            return -1;
+        wire_frame fr;
+        if (wire_open(&f->ws, buf, n + 4, plain, &fr) <= 0)
+            return -1;
+        if (fr.type == type && !(fr.flags & WIRE_F_MORE) && fr.n_payload <= cap) {
+            memcpy(out, fr.payload, fr.n_payload);
+            return (long)fr.n_payload;
+        }
+    }
+    return -1;
+}
+
+TEST_T(cluster_rotate_overlap, 60)
+{
+    struct cluster *a = start_node("a", NULL, NULL, 0);
+    uint8_t old_key[32], new_key[32], fid[16] = { 0x0f, 0xf1 };
+    char fid_hex[33], new_tok[128];
+    wire_hex(fid, 16, fid_hex);
+    CHECK_OK(wire_token_decode(cluster_join_token(a), old_key, NULL, 0));
+    /* a member (by hand) that dials a with the old key, and listens too */
+    int port, lfd = listen_any(&port);
+    CHECK(lfd >= 0);
+    fake f;
+    CHECK_OK(fake_open(&f, a, fid, WIRE_PROTO_MAJOR));
+    char st[256];
+    int n_st = snprintf(st, sizeof st, "{\"id\":\"%s\",\"name\":\"late\",\"addresses\":"
+                        "[\"127.0.0.1\"],\"cluster_port\":%d}", fid_hex, port);
+    static uint8_t rec[WIRE_REC_MAX];
+    long n = wire_seal(&f.ws, WIRE_STATE, 0, 1, (const uint8_t *)st, (size_t)n_st, false, rec);
+    fake_send(&f, rec, (size_t)n);
+    wait_state(a, fid_hex, "up", 3000);
+    /* the rotation starts while it is up; its link drops before it confirms */
+    CHECK_OK(cluster_rotate_key(a, new_tok, sizeof new_tok));
+    CHECK_OK(wire_token_decode(new_tok, new_key, NULL, 0));
+    close(f.fd);
+    wait_state(a, fid_hex, "down", 3000);
+    /* a dials it back: with the new key first, which it cannot verify... */
+    fake g;
+    CHECK(fake_accept(&g, lfd, old_key, fid) != 0);
+    close(g.fd);
+    /* ...then at once with the old key, and hands it the new one */
+    CHECK_OK(fake_accept(&g, lfd, old_key, fid));
+    uint8_t got[64];
+    CHECK_INT(fake_recv_type(&g, WIRE_KEY, got, sizeof got, 5000), ==, 32 + 8 + 16);
+    CHECK(!memcmp(got, new_key, 32));
+    wait_state(a, fid_hex, "up", 3000);
+    /* it confirms: the rotation ends and the old key retires */
+    uint8_t ack[16];
+    memcpy(ack, got + 32, 8);
+    char fp[WIRE_FP_HEX + 1];
+    wire_fingerprint(new_key, fp);
+    wire_unhex(fp, ack + 8, 8);
+    n = wire_seal(&g.ws, WIRE_KEY_ACK, 0, 1, ack, sizeof ack, false, rec);
+    fake_send(&g, rec, (size_t)n);
+    for (int t = 0; t < 100 && !rotation_done(a); t++)
+        usleep(30000);
+    CHECK(rotation_done(a));
+    /* malformed allow-list messages are ignored; the link stays */
+    uint8_t junk[7] = { 0, 9 };
+    n = wire_seal(&g.ws, WIRE_REVOKE, 0, 2, junk, sizeof junk, false, rec);
+    fake_send(&g, rec, (size_t)n);
+    n = wire_seal(&g.ws, WIRE_KEY, 0, 3, junk, sizeof junk, false, rec);
+    fake_send(&g, rec, (size_t)n);
+    n = wire_seal(&g.ws, WIRE_KEY_RETIRE, 0, 4, junk, 3, false, rec);
+    fake_send(&g, rec, (size_t)n);
+    usleep(300000);
+    CHECK_STR(state_of(a, fid_hex), "up");
+    /* from now on the old key gets nowhere, not even from a known member */
+    close(g.fd);
+    wait_state(a, fid_hex, "down", 3000);
+    CHECK(fake_accept(&g, lfd, old_key, fid) != 0);
+    close(g.fd);
+    fake_open_key(&f, a, old_key, fid, WIRE_PROTO_MAJOR);
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+    CHECK_STR(state_of(a, fid_hex), "down");
+    close(lfd);
     cluster_free(a);
 }
