@@ -157,6 +157,15 @@ static void print_tables(json_t *s)
            name_of(s, leader), (int)json_integer_value(json_object_get(s, "members_up")),
            (int)json_integer_value(json_object_get(s, "members")),
            json_is_true(json_object_get(s, "quorum")) ? ", quorum" : ", NO quorum (minority side)");
+    json_t *rev = json_object_get(s, "revoked");
+    if (json_array_size(rev)) {
+        printf("removed from the cluster (refused everywhere):");
+        json_array_foreach(rev, i, n)
+            printf(" %.8s", str(n, "id"));
+        printf("\n");
+    }
+    if (json_is_true(json_object_get(s, "removed")))
+        printf("THIS NODE WAS REMOVED from the cluster: the other nodes refuse it\n");
 }
 
 static int remove_node(const char *url, const char *key, const char *id)

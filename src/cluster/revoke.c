@@ -197,6 +197,7 @@ bool cl__refuse_revoked(struct cluster *c, cl_conn *k)
 /* Closes the node's links and drops it from the table. */
 static void drop_node(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
 {
+    cl__rotate_forget(c, id);                /* a key rotation does not wait for it */
     cl_node *n = cl__node_find(c, id);
     if (!n || n->is_self)
         return;
@@ -240,7 +241,9 @@ void cl__revoke_work(struct cluster *c)
         wire_hex(e.id, WIRE_ID_BYTES, id);
         wire_hex(e.by, WIRE_ID_BYTES, by);
         if (!memcmp(e.id, c->nodes[0]->id, WIRE_ID_BYTES)) {
+            pthread_mutex_lock(&c->mu);
             c->self_removed = true;
+            pthread_mutex_unlock(&c->mu);
             log_self_removed(c, &e);
             for (cl_conn *k = c->conns; k; k = k->next)
                 cl__conn_close(k, "this node was removed from the cluster");

@@ -185,9 +185,17 @@ void cl__on_rotate(struct cluster *c, cl_conn *k, int type, const uint8_t *data,
         int cmp = memcmp(data, c->key, WIRE_KEY_BYTES);
         if (c->self_removed)
             return;
-        if (cmp != 0 && (epoch > c->rot.epoch || (epoch == c->rot.epoch && cmp > 0)))
+        if (cmp != 0 && (epoch > c->rot.epoch || (epoch == c->rot.epoch && cmp > 0))) {
+            if (c->rot.leading) {
+                /* another node rotated at the same time and won: its rotation
+                 * goes on, this one's confirmations no longer matter */
+                pthread_mutex_lock(&c->mu);
+                c->rot.leading = false;
+                c->rot.n_waiting = 0;
+                pthread_mutex_unlock(&c->mu);
+            }
             adopt(c, data, epoch, k);
-        else if (cmp != 0) {
+        } else if (cmp != 0) {
             rc_log(LOG_INFO, "cluster: node %.8s sent a cluster key older than this node's; "
                    "ignored", who);
             return;
@@ -207,16 +215,7 @@ void cl__on_rotate(struct cluster *c, cl_conn *k, int type, const uint8_t *data,
         if (!k->node || !c->rot.leading || wire_get64(data) != c->rot.epoch ||
             memcmp(data + 8, fp, sizeof fp))
             return;                          /* a confirmation of another rotation */
-        pthread_mutex_lock(&c->mu);
-        for (int i = 0; i < c->rot.n_waiting; i++)
-            if (!memcmp(c->rot.waiting[i], k->node->id, WIRE_ID_BYTES)) {
-                memcpy(c->rot.waiting[i], c->rot.waiting[--c->rot.n_waiting], WIRE_ID_BYTES);
-                break;
-            }
-        bool all = c->rot.n_waiting == 0;
-        pthread_mutex_unlock(&c->mu);
-        if (all)
-            retire(c);
+        cl__rotate_forget(c, k->node->id);
     } else if (type == WIRE_KEY_RETIRE) {
         if (len != 8) {
             rc_log(LOG_WARN, "cluster: node %.8s sent a malformed KEY_RETIRE (%zu bytes); ignored",
@@ -229,6 +228,22 @@ void cl__on_rotate(struct cluster *c, cl_conn *k, int type, const uint8_t *data,
                    "rotation; it no longer works", who);
         }
     }
+}
+
+void cl__rotate_forget(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
+{
+    if (!c->rot.leading)
+        return;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->rot.n_waiting; i++)
+        if (!memcmp(c->rot.waiting[i], id, WIRE_ID_BYTES)) {
+            memcpy(c->rot.waiting[i], c->rot.waiting[--c->rot.n_waiting], WIRE_ID_BYTES);
+            break;
+        }
+    bool all = c->rot.n_waiting == 0;
+    pthread_mutex_unlock(&c->mu);
+    if (all)
+        retire(c);
 }
 
 json_t *cl__rotation_json(struct cluster *c)
