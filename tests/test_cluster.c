@@ -805,6 +805,8 @@ TEST_T(cluster_remove_node, 60)
     char path[700];
     struct stat st;
     snprintf(path, sizeof path, "%s/a/revoked.json", test_tmpdir());
+    for (int t = 0; t < 100 && stat(path, &st); t++)      /* written after the drop */
+        usleep(30000);
     CHECK_OK(stat(path, &st));
     CHECK_INT(st.st_mode & 0777, ==, 0600);
 

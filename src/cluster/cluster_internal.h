@@ -261,6 +261,9 @@ json_t *cl__revoked_json(struct cluster *c);              /* caller holds mu */
 void cl__on_rotate(struct cluster *c, cl_conn *k, int type, const uint8_t *data, size_t len);
 void cl__rotate_work(struct cluster *c, uint64_t now);
 void cl__rotate_linked(struct cluster *c, cl_conn *k);   /* a link made with the old key */
+/* For the log of a handshake that failed authentication: "" or a sentence
+ * saying the key may have been rotated, when the peer is a known member. */
+const char *cl__rotation_hint(struct cluster *c, const cl_conn *k);
 /* The rotating node waits no longer for node id (it confirmed, or was removed). */
 void cl__rotate_forget(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);
 json_t *cl__rotation_json(struct cluster *c);            /* caller holds mu */

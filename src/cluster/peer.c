@@ -305,14 +305,9 @@ static void on_read(struct bufferevent *bev, void *arg)
                 return;
             evbuffer_remove(in, auth, sizeof auth);
             if (wire_on_auth(&k->ws, auth)) {
-                cl_node *was = cl__node_find(c, k->ws.peer_id);
-                bool member = was && was->member;
-                rc_log(LOG_WARN, "cluster: refused %s %s: %s%s%.8s%s", k->role == WIRE_DIALER
+                rc_log(LOG_WARN, "cluster: refused %s %s: %s%s", k->role == WIRE_DIALER
                        ? "the node at" : "a connection from", k->peer_addr, rc_errmsg(),
-                       member ? "; it names itself node " : "", member ? was->id_hex : "",
-                       member ? ", a member of this cluster: the cluster key may have been "
-                       "rotated while one of the two was away (the one with the old key needs "
-                       "the new token: 'racimo token' on a current member)" : "");
+                       cl__rotation_hint(c, k));
                 k->refused = k->auth_failed = true;
                 cl__conn_close(k, NULL);
                 return;

@@ -173,6 +173,18 @@ void cl__rotate_linked(struct cluster *c, cl_conn *k)
     send_key(c, k);
 }
 
+const char *cl__rotation_hint(struct cluster *c, const cl_conn *k)
+{
+    static _Thread_local char buf[256];
+    cl_node *n = cl__node_find(c, k->ws.peer_id);
+    if (!n || !n->member)
+        return "";
+    snprintf(buf, sizeof buf, "; it names itself node %.8s, a member of this cluster: the cluster "
+             "key may have been rotated while one of the two was away (the one with the old key "
+             "needs the new token: 'racimo token' on a current member)", n->id_hex);
+    return buf;
+}
+
 void cl__on_rotate(struct cluster *c, cl_conn *k, int type, const uint8_t *data, size_t len)
 {
     const char *who = k->node ? k->node->id_hex : "?";

@@ -83,7 +83,7 @@ static int read_small(const char *path, char *buf, size_t cap)
  * otherwise link, failing with RC_ESTATE when the file appeared meanwhile.
  * The temporary file comes from mkstemp (a fresh name no one could have
  * placed a symlink at) and gets `mode` before any byte is written. */
-int cl__write_file(const char *path, const char *data, size_t n, int mode, bool replace)
+static int write_file(const char *path, const char *data, size_t n, int mode, bool replace)
 {
     char tmp[600];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
@@ -107,6 +107,11 @@ int cl__write_file(const char *path, const char *data, size_t n, int mode, bool 
     }
     unlink(tmp);
     return r;
+}
+
+int cl__write_file(const char *path, const char *data, size_t n, int mode, bool replace)
+{
+    return write_file(path, data, n, mode, replace);
 }
 
 int cluster_read_token(const char *state_dir, char *out, size_t cap)
@@ -167,7 +172,7 @@ static int load_key(struct cluster *c, bool *created)
             randombytes_buf(key, sizeof key);
             wire_token_encode(key, tok, sizeof tok);
             strcat(tok, "\n");
-            r = cl__write_file(path, tok, strlen(tok), 0600, false);
+            r = write_file(path, tok, strlen(tok), 0600, false);
             if (r == RC_ESTATE)            /* another node on this directory made one first */
                 return load_key(c, created);
             if (r)
@@ -183,7 +188,7 @@ static int load_key(struct cluster *c, bool *created)
                                  "in %s; replacing it", path);
             wire_token_encode(key, tok, sizeof tok);
             strcat(tok, "\n");
-            if ((r = cl__write_file(path, tok, strlen(tok), 0600, true)))
+            if ((r = write_file(path, tok, strlen(tok), 0600, true)))
                 return r;
         }
         memcpy(c->key, key, sizeof key);
@@ -211,7 +216,7 @@ static int load_id(struct cluster *c, uint8_t id[WIRE_ID_BYTES])
         randombytes_buf(id, WIRE_ID_BYTES);
         wire_hex(id, WIRE_ID_BYTES, buf);
         strcat(buf, "\n");
-        r = cl__write_file(path, buf, strlen(buf), 0644, false);
+        r = write_file(path, buf, strlen(buf), 0644, false);
         if (r == 0)
             return 0;
         if (r != RC_ESTATE)
@@ -309,7 +314,7 @@ void cl__peers_save(struct cluster *c)
         return;
     char path[600];
     snprintf(path, sizeof path, "%s/peers.json", c->state_dir);
-    if (cl__write_file(path, s, strlen(s), 0600, true))
+    if (write_file(path, s, strlen(s), 0600, true))
         rc_log(LOG_DEBUG, "cluster: %s", rc_errmsg());
     free(s);
 }

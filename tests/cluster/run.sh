@@ -266,7 +266,7 @@ if wait_for 20 eval "all_see up $id5 1 2 3 4 && n_up 5 5"; then
   if echo "$out" | grep -q "removed node $id5" && \
      wait_for 5 eval "[ -z \"\$(state_in 1 $id5)\$(state_in 2 $id5)\$(state_in 3 $id5)\$(state_in 4 $id5)\" ]" && \
      wait_for 5 grep -q "this node (${id5:0:8}) was removed from the cluster by node $(id_of 2 | cut -c1-8)" "$T/n5.out" && \
-     n_up 1 4 && [ "$(stat -c %a "$T/n3/revoked.json")" = 600 ] && \
+     n_up 1 4 && wait_for 5 test -f "$T/n3/revoked.json" && [ "$(stat -c %a "$T/n3/revoked.json")" = 600 ] && \
      view 4 | jq -e --arg id "$id5" '.revoked | map(.id) | index($id) != null' >/dev/null && \
      ip netns exec "$P-n3" "$BIN" nodes --host 10.77.0.3 --port 8080 | grep -q "removed from the cluster (refused everywhere): ${id5:0:8}"; then
     ok "racimo nodes remove: every node drops it and keeps the revocation (revoked.json, 600, listed by racimo nodes); the node logs that it was removed"
