@@ -53,6 +53,8 @@ TEST(cli_errors_are_one_line)
         { "run -m MODEL -p hi --temp abc", "--temp wants a number" },
         { "tokenize -m MODEL", "usage" },
         { "frobnicate", "unknown command" },
+        { "nodes remove", "missing value: 'remove'" },
+        { "token --rotate --host 127.0.0.1 --port 9", "nothing answers there" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[4096];

@@ -2,7 +2,8 @@
  * directory, linking, gossip, the view, large messages, refusals (wrong key,
  * other protocol version), hostile frames from a hand-driven peer, data
  * channels,
- * heartbeat timeouts and rejoining after a restart.  Timings are shortened
+ * heartbeat timeouts and rejoining after a restart, removing a node and
+ * rotating the cluster key.  Timings are shortened
  * (100 ms heartbeats, down after 600 ms); waits poll with generous limits. */
 #include "test.h"
 
@@ -16,11 +17,21 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define DOWN_MS 600
+
+/* links lost, in every node of the test (a rotation must lose none) */
+static atomic_int n_downs;
+static void count_down(void *ud, const char *id)
+{
+    (void)ud;
+    (void)id;
+    atomic_fetch_add(&n_downs, 1);
+}
 
 static struct cluster *start_node(const char *dir_name, const char *token, const char *peer,
                                   int major)
@@ -47,6 +58,7 @@ static struct cluster *start_node(const char *dir_name, const char *token, const
     cfg.http_port = 8080;
     struct cluster *c;
     CHECK_OK(cluster_new(&cfg, &c, NULL));
+    CHECK_OK(cluster_add_down_handler(c, count_down, NULL));
     CHECK_OK(cluster_start(c));
     return c;
 }
@@ -363,10 +375,12 @@ static int recv_all(int fd, uint8_t *p, size_t n, int ms)
     return 0;
 }
 
-static int fake_open(fake *f, struct cluster *c, const uint8_t id[16], int major)
+/* Dials c's cluster port as node `id` holding `key`; the result of the
+ * handshake (0: both sides authenticated). */
+static int fake_open_key(fake *f, struct cluster *c, const uint8_t key[32], const uint8_t id[16],
+                         int major)
 {
-    uint8_t key[32], hello[WIRE_HELLO_BYTES], peer[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
-    CHECK_OK(wire_token_decode(cluster_join_token(c), key, NULL, 0));
+    uint8_t hello[WIRE_HELLO_BYTES], peer[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
     memcpy(f->id, id, 16);
     f->fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)cluster_port(c)) };
@@ -381,6 +395,13 @@ static int fake_open(fake *f, struct cluster *c, const uint8_t id[16], int major
     CHECK_INT(send(f->fd, auth, sizeof auth, 0), ==, (long)sizeof auth);
     CHECK_OK(recv_all(f->fd, auth, sizeof auth, 3000));
     return wire_on_auth(&f->ws, auth);
+}
+
+static int fake_open(fake *f, struct cluster *c, const uint8_t id[16], int major)
+{
+    uint8_t key[32];
+    CHECK_OK(wire_token_decode(cluster_join_token(c), key, NULL, 0));
+    return fake_open_key(f, c, key, id, major);
 }
 
 /* Reads until the node closes the connection: 1 if it did within ms. */
@@ -714,5 +735,330 @@ TEST_T(cluster_down_and_rejoin, 60)
     wait_state(b, ida, "up", 5000);
     wait_state(a, idb, "up", 5000);
     cluster_free(b);
+    cluster_free(a);
+}
+
+/* ---- the allow-list: removing a node, rotating the key ---- */
+
+static json_t *view_get(struct cluster *c, const char *key)
+{
+    json_t *s = cluster_snapshot(c);
+    json_t *v = json_deep_copy(json_object_get(s, key));
+    json_decref(s);
+    return v;
+}
+
+static bool has_revoked(struct cluster *c, const char *id)
+{
+    json_t *r = view_get(c, "revoked");
+    size_t i;
+    json_t *e;
+    bool found = false;
+    json_array_foreach(r, i, e)
+        found = found || !strcmp(json_string_value(json_object_get(e, "id")), id);
+    json_decref(r);
+    return found;
+}
+
+static void wait_absent_for(struct cluster *c, const char *id, int ms)
+{
+    for (int t = 0; t < ms; t += 50) {
+        CHECK_STR(state_of(c, id), "absent");
+        usleep(50000);
+    }
+}
+
+/* Nodes a, b, c (b and c joining through a), linked in a full mesh. */
+static void start_three(struct cluster *n[3], char ids[3][40], char aa[64])
+{
+    n[0] = start_node("a", NULL, NULL, 0);
+    addr_of(n[0], aa, 64);
+    n[1] = start_node("b", cluster_join_token(n[0]), aa, 0);
+    n[2] = start_node("c", cluster_join_token(n[0]), aa, 0);
+    for (int i = 0; i < 3; i++)
+        snprintf(ids[i], 40, "%s", cluster_self_id(n[i]));
+    wait_state(n[1], ids[2], "up", 8000);
+    wait_state(n[0], ids[2], "up", 8000);
+    wait_state(n[2], ids[1], "up", 8000);
+}
+
+TEST_T(cluster_remove_node, 60)
+{
+    struct cluster *all[3];
+    char ids[3][40], aa[64], prefix[9];
+    start_three(all, ids, aa);
+    struct cluster *a = all[0], *b = all[1], *c = all[2];
+    const char *ida = ids[0], *idb = ids[1], *idc = ids[2];
+
+    /* bad requests */
+    char out[33];
+    CHECK_INT(cluster_remove_node(b, "xyz", out), ==, RC_EINVAL);
+    CHECK_INT(cluster_remove_node(b, idb, out), ==, RC_EINVAL);
+    CHECK(strstr(rc_errmsg(), "ask another node") != NULL);
+    CHECK_INT(cluster_remove_node(b, "0123456789abcdef", out), ==, RC_ENOTFOUND);
+
+    /* b removes c by the first 8 digits of its id: a hears it from b */
+    snprintf(prefix, sizeof prefix, "%.8s", idc);
+    CHECK_OK(cluster_remove_node(b, prefix, out));
+    CHECK_STR(out, idc);
+    wait_state(b, idc, "absent", 3000);
+    wait_state(a, idc, "absent", 3000);
+    CHECK(has_revoked(a, idc));
+    /* c learns it was removed, and is left alone */
+    for (int t = 0; t < 100; t++) {
+        json_t *r = view_get(c, "removed");
+        bool removed = json_is_true(r);
+        json_decref(r);
+        if (removed)
+            break;
+        usleep(30000);
+    }
+    json_t *r = view_get(c, "removed");
+    CHECK(json_is_true(r));
+    json_decref(r);
+    wait_state(c, ida, "down", 3000);
+    CHECK_INT(n_nodes(a), ==, 2);
+    CHECK(cluster_has_quorum(a));
+
+    /* the list is kept in the state directory, owner-only */
+    char path[700];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/a/revoked.json", test_tmpdir());
+    for (int t = 0; t < 100 && stat(path, &st); t++)      /* written after the drop */
+        usleep(30000);
+    CHECK_OK(stat(path, &st));
+    CHECK_INT(st.st_mode & 0777, ==, 0600);
+
+    /* c cannot come back: restarted with its id, pointed at a */
+    cluster_free(c);
+    c = start_node("c", NULL, aa, 0);
+    CHECK_STR(cluster_self_id(c), idc);
+    wait_absent_for(a, idc, 1500);
+    CHECK_STR(state_of(b, idc), "absent");
+    /* a peer claiming c's id is refused at the handshake (the link closes) */
+    fake f;
+    uint8_t cid[16];
+    wire_unhex(idc, cid, 16);
+    CHECK_OK(fake_open(&f, a, cid, 1));
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+    CHECK_STR(state_of(a, idc), "absent");
+    /* a restarted a still refuses it; b comes back */
+    cluster_free(a);
+    a = start_node("a", NULL, NULL, 0);
+    CHECK(has_revoked(a, idc));
+    wait_state(a, idb, "up", 5000);
+    CHECK_OK(fake_open(&f, a, cid, 1));
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+    wait_absent_for(a, idc, 500);
+    /* removing it again is harmless */
+    CHECK_OK(cluster_remove_node(a, idc, out));
+    cluster_free(c);
+    cluster_free(b);
+    cluster_free(a);
+}
+
+static bool rotation_done(struct cluster *c)
+{
+    json_t *kr = view_get(c, "key_rotation");
+    bool done = json_is_false(json_object_get(kr, "in_progress")) &&
+                json_is_false(json_object_get(kr, "old_key_in_use")) &&
+                json_integer_value(json_object_get(kr, "epoch")) > 0;
+    json_decref(kr);
+    return done;
+}
+
+TEST_T(cluster_rotate_key, 90)
+{
+    struct cluster *all[3];
+    char ids[3][40], aa[64], old_tok[WIRE_TOKEN_MAX], new_tok[128], tok[WIRE_TOKEN_MAX];
+    start_three(all, ids, aa);
+    struct cluster *a = all[0], *b = all[1], *c = all[2];
+    const char *ida = ids[0], *idb = ids[1], *idc = ids[2];
+    snprintf(old_tok, sizeof old_tok, "%s", cluster_join_token(a));
+    int downs = atomic_load(&n_downs);
+
+    CHECK_OK(cluster_rotate_key(a, new_tok, sizeof new_tok));
+    CHECK(strncmp(new_tok, "racimo1-", 8) == 0);
+    CHECK(strcmp(new_tok, old_tok) != 0);
+    /* every member confirms; the old key retires everywhere */
+    for (int i = 0; i < 3; i++) {
+        int t = 0;
+        while (!rotation_done(all[i]) && t++ < 200)
+            usleep(25000);
+        CHECK(rotation_done(all[i]));
+    }
+    json_t *kr = view_get(a, "key_rotation");
+    CHECK_INT(json_array_size(json_object_get(kr, "not_confirmed")), ==, 0);
+    json_decref(kr);
+    /* the members stored it; no link was lost; everyone stays up */
+    const char *dirs[3] = { "a", "b", "c" };
+    for (int i = 0; i < 3; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), dirs[i]);
+        CHECK_OK(cluster_read_token(dir, tok, sizeof tok));
+        CHECK_STR(tok, new_tok);
+        CHECK_STR(cluster_join_token(all[i]), new_tok);
+    }
+    usleep(DOWN_MS * 1000);
+    CHECK_INT(atomic_load(&n_downs), ==, downs);
+    CHECK_STR(state_of(a, idb), "up");
+    CHECK_STR(state_of(a, idc), "up");
+    CHECK_STR(state_of(b, idc), "up");
+    CHECK_STR(state_of(c, ida), "up");
+
+    /* the old token is refused; the new one joins */
+    struct cluster *d = start_node("d", old_tok, aa, 0);
+    wait_absent_for(a, cluster_self_id(d), 1500);
+    CHECK_INT(n_nodes(d), ==, 1);
+    cluster_free(d);
+    struct cluster *e = start_node("e", new_tok, aa, 0);
+    wait_state(a, cluster_self_id(e), "up", 5000);
+    wait_state(b, cluster_self_id(e), "up", 5000);
+    wait_state(e, idc, "up", 5000);
+    /* a data channel between members uses the new key */
+    cluster_set_channel_handler(a, on_chan, NULL);
+    cluster_chan *ch = NULL;
+    CHECK_OK(cluster_channel_open(b, ida, 0x46, "after", 5, 3000, &ch));
+    cluster_chan *ca = chan_wait(3000);
+    CHECK(ca != NULL);
+    chan_free(ch);
+    chan_free(ca);
+    /* a member restarted later comes back with the key it stored */
+    cluster_free(c);
+    wait_state(a, idc, "down", DOWN_MS + 2000);
+    c = all[2] = start_node("c", NULL, aa, 0);
+    wait_state(a, idc, "up", 5000);
+    cluster_free(e);
+    cluster_free(c);
+    cluster_free(b);
+    cluster_free(a);
+}
+
+/* ---- the overlap of a rotation: a member that missed the KEY ---- */
+
+static int listen_any(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = { .sin_family = AF_INET };
+    socklen_t sl = sizeof sin;
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof sin) || listen(fd, 4) ||
+        getsockname(fd, (struct sockaddr *)&sin, &sl))
+        return -1;
+    *port = ntohs(sin.sin_port);
+    return fd;
+}
+
+/* Accepts a dial and answers its handshake as the listener with `key`:
+ * 0 when the dialer's AUTH verified (it holds `key`), else non-zero. */
+static int fake_accept(fake *f, int lfd, const uint8_t key[32], const uint8_t id[16])
+{
+    uint8_t hello[WIRE_HELLO_BYTES], peer[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
+    struct pollfd pf = { .fd = lfd, .events = POLLIN };
+    if (poll(&pf, 1, 5000) <= 0 || (f->fd = accept(lfd, NULL, NULL)) < 0)
+        return -1;
+    wire_session_init(&f->ws, key, id, WIRE_LISTENER, WIRE_PROTO_MAJOR, WIRE_PROTO_MINOR, hello);
+    if (send(f->fd, hello, sizeof hello, MSG_NOSIGNAL) != (long)sizeof hello ||
+        recv_all(f->fd, peer, sizeof peer, 3000) || wire_on_hello(&f->ws, peer, auth) ||
+        send(f->fd, auth, sizeof auth, MSG_NOSIGNAL) != (long)sizeof auth ||
+        recv_all(f->fd, auth, sizeof auth, 3000))
+        return -1;
+    return wire_on_auth(&f->ws, auth);
+}
+
+/* Reads records until a message of `type` (one frame); its payload into
+ * out (cap bytes).  Its length, or -1. */
+static long fake_recv_type(fake *f, int type, uint8_t *out, size_t cap, int ms)
+{
+    static uint8_t buf[WIRE_REC_MAX], plain[WIRE_FRAME_MAX];
+    uint64_t end = os_now_ns() + (uint64_t)ms * 1000000;
+    while (os_now_ns() < end) {
+        uint8_t hdr[4];
+        if (recv_all(f->fd, hdr, 4, 200))
+            continue;
+        size_t n = wire_get32(hdr);
+        if (n > WIRE_REC_MAX - 4)
+            return -1;
+        memcpy(buf, hdr, 4);
+        if (recv_all(f->fd, buf + 4, n, 3000))
+            return -1;
+        wire_frame fr;
+        if (wire_open(&f->ws, buf, n + 4, plain, &fr) <= 0)
+            return -1;
+        if (fr.type == type && !(fr.flags & WIRE_F_MORE) && fr.n_payload <= cap) {
+            memcpy(out, fr.payload, fr.n_payload);
+            return (long)fr.n_payload;
+        }
+    }
+    return -1;
+}
+
+TEST_T(cluster_rotate_overlap, 60)
+{
+    struct cluster *a = start_node("a", NULL, NULL, 0);
+    uint8_t old_key[32], new_key[32], fid[16] = { 0x0f, 0xf1 };
+    char fid_hex[33], new_tok[128];
+    wire_hex(fid, 16, fid_hex);
+    CHECK_OK(wire_token_decode(cluster_join_token(a), old_key, NULL, 0));
+    /* a member (by hand) that dials a with the old key, and listens too */
+    int port, lfd = listen_any(&port);
+    CHECK(lfd >= 0);
+    fake f;
+    CHECK_OK(fake_open(&f, a, fid, WIRE_PROTO_MAJOR));
+    char st[256];
+    int n_st = snprintf(st, sizeof st, "{\"id\":\"%s\",\"name\":\"late\",\"addresses\":"
+                        "[\"127.0.0.1\"],\"cluster_port\":%d}", fid_hex, port);
+    static uint8_t rec[WIRE_REC_MAX];
+    long n = wire_seal(&f.ws, WIRE_STATE, 0, 1, (const uint8_t *)st, (size_t)n_st, false, rec);
+    fake_send(&f, rec, (size_t)n);
+    wait_state(a, fid_hex, "up", 3000);
+    /* the rotation starts while it is up; its link drops before it confirms */
+    CHECK_OK(cluster_rotate_key(a, new_tok, sizeof new_tok));
+    CHECK_OK(wire_token_decode(new_tok, new_key, NULL, 0));
+    close(f.fd);
+    wait_state(a, fid_hex, "down", 3000);
+    /* a dials it back: with the new key first, which it cannot verify... */
+    fake g;
+    CHECK(fake_accept(&g, lfd, old_key, fid) != 0);
+    close(g.fd);
+    /* ...then at once with the old key, and hands it the new one */
+    CHECK_OK(fake_accept(&g, lfd, old_key, fid));
+    uint8_t got[64];
+    CHECK_INT(fake_recv_type(&g, WIRE_KEY, got, sizeof got, 5000), ==, 32 + 8 + 16);
+    CHECK(!memcmp(got, new_key, 32));
+    wait_state(a, fid_hex, "up", 3000);
+    /* it confirms: the rotation ends and the old key retires */
+    uint8_t ack[16];
+    memcpy(ack, got + 32, 8);
+    char fp[WIRE_FP_HEX + 1];
+    wire_fingerprint(new_key, fp);
+    wire_unhex(fp, ack + 8, 8);
+    n = wire_seal(&g.ws, WIRE_KEY_ACK, 0, 1, ack, sizeof ack, false, rec);
+    fake_send(&g, rec, (size_t)n);
+    for (int t = 0; t < 100 && !rotation_done(a); t++)
+        usleep(30000);
+    CHECK(rotation_done(a));
+    /* malformed allow-list messages are ignored; the link stays */
+    uint8_t junk[7] = { 0, 9 };
+    n = wire_seal(&g.ws, WIRE_REVOKE, 0, 2, junk, sizeof junk, false, rec);
+    fake_send(&g, rec, (size_t)n);
+    n = wire_seal(&g.ws, WIRE_KEY, 0, 3, junk, sizeof junk, false, rec);
+    fake_send(&g, rec, (size_t)n);
+    n = wire_seal(&g.ws, WIRE_KEY_RETIRE, 0, 4, junk, 3, false, rec);
+    fake_send(&g, rec, (size_t)n);
+    usleep(300000);
+    CHECK_STR(state_of(a, fid_hex), "up");
+    /* from now on the old key gets nowhere, not even from a known member */
+    close(g.fd);
+    wait_state(a, fid_hex, "down", 3000);
+    CHECK(fake_accept(&g, lfd, old_key, fid) != 0);
+    close(g.fd);
+    fake_open_key(&f, a, old_key, fid, WIRE_PROTO_MAJOR);
+    CHECK(closed_within(f.fd, 3000));
+    close(f.fd);
+    CHECK_STR(state_of(a, fid_hex), "down");
+    close(lfd);
     cluster_free(a);
 }

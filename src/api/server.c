@@ -447,6 +447,11 @@ static void handle(struct evhttp_request *req, void *arg)
         log_request(s, req, method_name(method), path, status, NULL);
         return;
     }
+    if (!strncmp(path, "/v1/cluster/", 12)) {
+        status = cluster_admin(s, req, path, method);
+        log_request(s, req, method_name(method), path, status, key_id);
+        return;
+    }
     const route *r = NULL;
     bool path_known = false;
     bool models_one = !strncmp(path, "/v1/models/", 11) && path[11];

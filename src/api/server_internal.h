@@ -11,6 +11,7 @@
  *               events and JSON lines
  *   openai.c    /v1/... handlers and OpenAI response objects
  *   ollama.c    /api/... handlers and Ollama response objects
+ *   cluster_admin.c  removing a node, rotating the cluster key
  *
  * Threads: everything here runs on the event-loop thread except the three
  * engine callbacks in job.c (engine thread) and on_models_changed (loader
@@ -137,6 +138,11 @@ struct api_job {
 /* ---- server.c ---- */
 void srv_cors_headers(api_server *s, struct evhttp_request *req);
 bool srv_is_ollama_path(const char *path);
+
+/* ---- cluster_admin.c ---- */
+/* POST /v1/cluster/nodes/{id}/remove and /v1/cluster/key/rotate (any path
+ * under /v1/cluster/): answers req, returns the status. */
+int cluster_admin(api_server *s, struct evhttp_request *req, const char *path, int method);
 
 /* ---- job.c ---- */
 /* Takes a parsed request (its fields move into the job) and runs it:

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -101,5 +103,28 @@ out:
         rc_free(r->body);
         r->body = NULL;
     }
+    return rc;
+}
+
+int cli_http_json(const char *method, const char *url, const char *path, const char *key,
+                  const char *body, int timeout_s, json_t **out, char *err, size_t cap)
+{
+    cli_http_reply r = { 0 };
+    *out = NULL;
+    if (cli_http(method, url, path, key, body, timeout_s, &r, err, cap))
+        return -1;
+    json_t *v = json_loadb(r.body ? r.body : "", r.len, 0, NULL);
+    const char *msg = json_string_value(json_object_get(json_object_get(v, "error"), "message"));
+    int rc = -1;
+    if (r.status >= 300 || !json_is_object(v))
+        snprintf(err, cap, "%s %s answered %d: %.300s", method, path, r.status,
+                 msg ? msg : r.body ? r.body : "");
+    else
+        rc = 0;
+    if (rc)
+        json_decref(v);
+    else
+        *out = v;
+    rc_free(r.body);
     return rc;
 }

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 typedef struct {
     int status;       /* HTTP status */
     char *body;       /* NUL-terminated; rc_free it */
@@ -17,5 +19,11 @@ typedef struct {
  * wrong (a bad address, nothing answering, a timeout). */
 int cli_http(const char *method, const char *url, const char *path, const char *key,
              const char *body, int timeout_s, cli_http_reply *r, char *err, size_t cap);
+
+/* cli_http for a JSON answer: 0 with *out (a new reference) when the node
+ * answered 2xx with a JSON object; -1 with err holding the node's error
+ * message (or what went wrong) otherwise. */
+int cli_http_json(const char *method, const char *url, const char *path, const char *key,
+                  const char *body, int timeout_s, json_t **out, char *err, size_t cap);
 
 #endif

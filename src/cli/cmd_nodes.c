@@ -16,10 +16,17 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: racimo nodes [--host H] [--port P] [--json] [--api-key KEY]\n"
+        "       racimo nodes remove ID [--host H] [--port P] [--api-key KEY]\n"
         "\n"
         "Lists the nodes of the cluster a running 'racimo serve' belongs to: id, name,\n"
         "addresses, state (up/down), hardware, models; then the links between nodes\n"
         "(latency, bandwidth) and the leader.  Every node shows the same view.\n"
+        "\n"
+        "'remove ID' removes a node from the cluster for good (a lost laptop, a departed\n"
+        "colleague's machine): every member refuses its links from then on, and it cannot\n"
+        "rejoin with its identity.  ID is the node's id or its first 8+ hex digits.  Ask a\n"
+        "node on this machine (the cluster is changed only from a node's own host).  Then\n"
+        "rotate the cluster key (racimo token --rotate) if the removed node held the token.\n"
         "\n"
         "  --host H        the node's HTTP address (default 127.0.0.1)\n"
         "  --port P        its HTTP port (default 8080)\n"
@@ -150,6 +157,31 @@ static void print_tables(json_t *s)
            name_of(s, leader), (int)json_integer_value(json_object_get(s, "members_up")),
            (int)json_integer_value(json_object_get(s, "members")),
            json_is_true(json_object_get(s, "quorum")) ? ", quorum" : ", NO quorum (minority side)");
+    json_t *rev = json_object_get(s, "revoked");
+    if (json_array_size(rev)) {
+        printf("removed from the cluster (refused everywhere):");
+        json_array_foreach(rev, i, n)
+            printf(" %.8s", str(n, "id"));
+        printf("\n");
+    }
+    if (json_is_true(json_object_get(s, "removed")))
+        printf("THIS NODE WAS REMOVED from the cluster: the other nodes refuse it\n");
+}
+
+static int remove_node(const char *url, const char *key, const char *id)
+{
+    char path[200], why[500];
+    json_t *v;
+    snprintf(path, sizeof path, "/v1/cluster/nodes/%.64s/remove", id);
+    if (cli_http_json("POST", url, path, key, "", 10, &v, why, sizeof why)) {
+        fprintf(stderr, "racimo: nodes remove: %s\n", why);
+        return 1;
+    }
+    printf("removed node %s from the cluster: every member refuses it from now on\n",
+           str(v, "removed"));
+    fprintf(stderr, "if it held the join token, rotate the key as well: racimo token --rotate\n");
+    json_decref(v);
+    return 0;
 }
 
 int cmd_nodes(int argc, char **argv)
@@ -157,11 +189,15 @@ int cmd_nodes(int argc, char **argv)
     const char *host = "127.0.0.1", *key = getenv("RACIMO_API_KEY");
     long port = 8080;
     bool as_json = false;
+    const char *remove = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        } else if (i == 1 && !strcmp(a, "remove") && v && v[0] != '-') {
+            remove = v;
+            i++;
         } else if (!strcmp(a, "--json")) {
             as_json = true;
         } else if (!strcmp(a, "--host") && v) {
@@ -186,6 +222,8 @@ int cmd_nodes(int argc, char **argv)
     int rc = 1;
     char url[300], why[400];
     snprintf(url, sizeof url, "%s:%ld", host, port);
+    if (remove)
+        return remove_node(url, key, remove);
     if (cli_http("GET", url, "/v1/cluster", key, NULL, 10, &r, why, sizeof why)) {
         fprintf(stderr, "racimo: nodes: %s\n", why);
         goto out;

@@ -68,7 +68,7 @@ cl_node *cl__node_find(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
 
 cl_node *cl__node_add(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
 {
-    if (c->n_nodes >= 4096)
+    if (c->n_nodes >= 4096 || cl__is_revoked(c, id))
         return NULL;
     cl_node *n = rc_calloc(1, sizeof *n);
     if (!n)
@@ -287,6 +287,8 @@ void cl__on_established(struct cluster *c, cl_conn *k)
            k->role == WIRE_DIALER ? "linked to" : "accepted", n->id_hex, k->peer_addr,
            k->ws.peer_major, k->ws.peer_minor);
     send_state(c, k);
+    cl__revoke_send(c, k);
+    cl__rotate_linked(c, k);
     update_membership(c, now);
 }
 
@@ -299,6 +301,12 @@ void cl__on_closed(struct cluster *c, cl_conn *k)
         k->target->dialing = NULL;
         if (k->refused)
             k->target->next_dial_ns = now + 30000 * MS;
+        /* a member that refuses the new key may have missed a rotation:
+         * once more at once with the key before (rotate.c) */
+        bool retry_old = k->auth_failed && !k->old_key && c->rot.has_old && k->target->member;
+        k->target->dial_old_key = retry_old;
+        if (retry_old)
+            k->target->next_dial_ns = now;
     }
     if (k->static_idx >= 0 && c->statics[k->static_idx].dialing == k) {
         c->statics[k->static_idx].dialing = NULL;
@@ -428,12 +436,14 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 
 static void dial_nodes(struct cluster *c, uint64_t now)
 {
+    if (c->self_removed)
+        return;
     for (int i = 1; i < c->n_nodes; i++) {
         cl_node *n = c->nodes[i];
         if (n->conn || n->dialing || !n->addrs.n_addrs || !n->cluster_port || now < n->next_dial_ns)
             continue;
         const char *a = n->addrs.addrs[n->dial_idx++ % n->addrs.n_addrs];
-        cl_conn *k = cl__conn_dial(c, a, n->cluster_port);
+        cl_conn *k = cl__conn_dial(c, a, n->cluster_port, n->dial_old_key && c->rot.has_old);
         if (k) {
             k->target = n;
             n->dialing = k;
@@ -449,7 +459,7 @@ static void dial_nodes(struct cluster *c, uint64_t now)
         cl_node *n = s->known ? cl__node_find(c, s->id) : NULL;
         if (n && (n->conn || n->dialing))
             continue;
-        cl_conn *k = cl__conn_dial(c, s->host, s->port);
+        cl_conn *k = cl__conn_dial(c, s->host, s->port, false);
         if (k) {
             k->static_idx = i;
             s->dialing = k;
@@ -490,6 +500,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         cl__conn_tick(k, now);
     update_membership(c, now);
     forget_nodes(c, now);
+    cl__revoke_work(c);
+    cl__rotate_work(c, now);
     dial_nodes(c, now);
     if (c->disc)
         discovery_tick(c->disc, now);
@@ -553,6 +565,14 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     }
     if (dirty)
         send_state(c, NULL);
+    cl__revoke_work(c);
+    cl__rotate_work(c, os_now_ns());
+}
+
+void cl__wake(struct cluster *c)
+{
+    if (c->wake_ev)
+        event_active(c->wake_ev, 0, 0);
 }
 
 static void on_stop(evutil_socket_t fd, short what, void *arg)
@@ -707,6 +727,7 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
             goto fail;
     if (c->hint[0] && (r = add_static(c, c->hint)))
         goto fail;
+    cl__revoked_load(c);
     cl__peers_load(c);
     cl__hw_probe(&c->hw);
     c->hw.mem_max = cfg->max_memory;
@@ -884,6 +905,11 @@ json_t *cluster_snapshot(struct cluster *c)
                             "quorum", 2 * n_up > n_members, "members", n_members, "members_up",
                             n_up, "protocol", proto, "fingerprint", c->fp, "nodes", nodes,
                             "links", links);
+    if (out) {
+        json_object_set_new(out, "removed", json_boolean(c->self_removed));
+        json_object_set_new(out, "revoked", cl__revoked_json(c));
+        json_object_set_new(out, "key_rotation", cl__rotation_json(c));
+    }
     pthread_mutex_unlock(&c->mu);
     return out;
 }
@@ -1095,22 +1121,24 @@ int cluster_channel_open(struct cluster *c, const char *node_id, int type, const
         return rc_fail(RC_EINVAL, "bad node id '%s'", node_id);
     addr_list addrs = { 0 };
     int port = 0;
+    uint8_t key[WIRE_KEY_BYTES];
     pthread_mutex_lock(&c->mu);
     cl_node *n = cl__node_find(c, id);
     if (n) {
         addrs = n->addrs;
         port = n->cluster_port;
     }
+    memcpy(key, c->key, sizeof key);           /* a rotation may replace it meanwhile */
     pthread_mutex_unlock(&c->mu);
     if (!n || !addrs.n_addrs || !port)
         return rc_fail(RC_ENOTFOUND, "no address known for node %.8s", node_id);
     int rc = 0;
     for (int i = 0; i < addrs.n_addrs; i++) {
         cluster_chan *ch = NULL;
-        rc = chan_dial(addrs.addrs[i], port, c->key, c->nodes[0]->id, c->major, c->minor, id,
+        rc = chan_dial(addrs.addrs[i], port, key, c->nodes[0]->id, c->major, c->minor, id,
                        timeout_ms, &ch);
         if (rc == RC_EUNSUPPORTED)
-            return rc;
+            break;
         if (rc)
             continue;
         int t;
@@ -1120,13 +1148,13 @@ int cluster_channel_open(struct cluster *c, const char *node_id, int type, const
         if (!rc && !(rc = chan_recv(ch, &t, &d, &n_ok, timeout_ms)) && t != WIRE_CHAN_OK)
             rc = rc_fail(RC_EFORMAT, "node %.8s answered a data channel with a message of type "
                          "0x%02x", node_id, t);
-        if (!rc) {
+        if (!rc)
             *out = ch;
-            return 0;
-        }
-        chan_free(ch);
-        return rc;
+        else
+            chan_free(ch);
+        break;
     }
+    sodium_memzero(key, sizeof key);
     return rc;
 }
 
@@ -1223,5 +1251,7 @@ void cluster_free(struct cluster *c)
         close(c->lock_fd);          /* and with it the lock */
     sodium_memzero(c->key, sizeof c->key);
     sodium_memzero(c->token, sizeof c->token);
+    rc_free(c->revoked);
+    cl__rotate_free(c);
     rc_free(c);
 }

@@ -12,6 +12,7 @@
  *   node.id       this node's id (32 hex digits), kept across restarts
  *   bench.json    the cached self-benchmark, keyed by CPU, cores and memory
  *   peers.json    nodes met before, redialled after a restart
+ *   revoked.json  the nodes removed from the cluster (mode 0600)
  *   models/       the default models folder
  */
 #ifndef RC_CLUSTER_H
@@ -82,12 +83,17 @@ int cluster_start(struct cluster *c);
  *               "models":[{"name","size_bytes"}],"serving":[names],
  *               "serving_free":{name: free slots},
  *               "serving_slots":{name: slots}}...],
- *    "links": [{"from","to","rtt_ms","bandwidth_mbps"}...]}
+ *    "links": [{"from","to","rtt_ms","bandwidth_mbps"}...],
+ *    "removed": bool (this node was removed from the cluster),
+ *    "revoked": [{"id","by","at" (unix s)}...],
+ *    "key_rotation": {"epoch", "in_progress", "old_key_in_use",
+ *                     "waiting_for" (in progress) | "not_confirmed": [ids]}}
  * Only members (nodes met, or vouched for by one) are listed; links only
  * between nodes up.  NULL only when out of memory. */
 json_t *cluster_snapshot(struct cluster *c);
 
-/* The join token (racimo1-...); valid until cluster_free. */
+/* The join token (racimo1-...); valid until cluster_free; a key rotation
+ * rewrites it (read it again once cluster_snapshot's key_rotation is done). */
 const char *cluster_join_token(const struct cluster *c);
 
 /* This node's id (32 hex digits) and the cluster port bound (after start). */
@@ -185,6 +191,25 @@ int cluster_model_path(const struct cluster *c, const char *name, char *out, siz
 
 /* The models folder this node uses (valid until cluster_free). */
 const char *cluster_models_dir(const struct cluster *c);
+
+/* ---- the allow-list (docs/cluster.md, "Removing a node and rotating the key") ---- */
+
+/* Removes a node from the cluster for good: its id goes on the revocation
+ * list every member keeps (<state_dir>/revoked.json) and spreads; every
+ * member refuses it at the handshake and closes its links.  `id`: 32 hex
+ * digits, or the first 8 or more of a member's id.  The full id goes to
+ * out_id.  0 (also when it was removed already), RC_ENOTFOUND (no member
+ * with that prefix), RC_EINVAL (not an id, ambiguous, this node itself),
+ * RC_ESTATE (not started).  Any thread. */
+int cluster_remove_node(struct cluster *c, const char *id, char out_id[33]);
+
+/* Makes a new cluster key, writes its join token into `token` (cap >= 64),
+ * and carries every live member over to it: they receive it over their
+ * links, store it and use it for new connections; the old key stops working
+ * once every member up at the rotation confirmed, at most 30 s later.  The
+ * view's "key_rotation" reports the progress.  0, RC_ESTATE (a rotation is
+ * in progress, or not started), RC_ELIMIT.  Any thread. */
+int cluster_rotate_key(struct cluster *c, char *token, size_t cap);
 
 /* ---- the state directory, for `racimo token` and `racimo serve` ---- */
 

@@ -5,6 +5,8 @@
  *   peer.c       one TCP connection: handshake, records, messages
  *   discovery.c  the mDNS responder and browser
  *   state.c      the state directory: key, node id, peers cache
+ *   revoke.c     the nodes removed from the cluster: kept, spread, refused
+ *   rotate.c     replacing the cluster key while members stay linked
  *   hw.c         hardware, the cached self-benchmark, models on disk
  *   wire.c       handshake and record format (pure)
  *   mdns.c       DNS message format (pure)
@@ -57,6 +59,7 @@ typedef struct cl_node {
     uint64_t next_dial_ns;
     int dial_idx;                             /* next address to try */
     double rtt_ms, bw_mbps;                   /* our measure of the link to it (0: none) */
+    bool dial_old_key;                        /* the next dial uses the key before a rotation */
 } cl_node;
 
 /* PH_CHAN: an authenticated data channel waiting for its first message,
@@ -90,6 +93,8 @@ typedef struct cl_conn {
     cl_tx *txq, *txq_tail;                    /* bulk messages, sent a frame at a time */
     size_t txq_bytes;
     uint64_t dead_ns;                         /* PH_DEAD since */
+    bool old_key;                             /* handshake with the key before a rotation */
+    bool auth_failed;                         /* refused: the peer's AUTH did not verify */
     bool broken;                              /* the socket failed: free at once */
     bool refused;                             /* handshake refused (version, key) */
     struct cl_conn *next;
@@ -112,6 +117,26 @@ typedef struct cl_out {                       /* cluster_send queue */
     size_t len;
     uint8_t data[];
 } cl_out;
+
+typedef struct {                              /* a node removed from the cluster */
+    uint8_t id[WIRE_ID_BYTES], by[WIRE_ID_BYTES];
+    uint64_t at;                              /* unix seconds */
+} cl_revoked;
+
+typedef struct {                              /* rotate.c */
+    uint64_t epoch;                           /* the current key's rotation (unix ms; 0: the
+                                                 key as loaded) */
+    uint8_t old_key[WIRE_KEY_BYTES];          /* the key before, while has_old: dials to members
+                                                 that missed the rotation try it */
+    bool has_old;
+    uint64_t old_until_ns;
+    bool leading;                             /* mu: this node rotated; waiting for members */
+    uint8_t (*waiting)[WIRE_ID_BYTES];        /* mu: members up at the rotation not yet confirmed */
+    int n_waiting;
+    uint64_t deadline_ns;
+    bool asked;                               /* mu: cluster_rotate_key queued asked_key */
+    uint8_t asked_key[WIRE_KEY_BYTES];
+} cl_rotation;
 
 typedef struct {
     int cores, threads;
@@ -175,6 +200,11 @@ struct cluster {
     int n_on_down;
     cluster_chan_fn on_chan;
     void *on_chan_ud;
+
+    cl_revoked *revoked;                      /* mu: the cluster's revocation list */
+    int n_revoked, n_revoked_done;            /* [0, done) applied on the cluster thread */
+    bool self_removed;                        /* this node's id is on the list */
+    cl_rotation rot;
 };
 
 /* now - t, or 0 when t is later (stamps taken after `now` was read) */
@@ -193,10 +223,11 @@ void cl__on_channel(struct cluster *c, cl_conn *k, const wire_msg *m);
 void cl__on_found(struct cluster *c, const uint8_t id[WIRE_ID_BYTES], const char *addr, int port);
 json_t *cl__self_state(struct cluster *c);
 void cl__schedule_reap(struct cluster *c);
+void cl__wake(struct cluster *c);        /* any thread: run revoke/rotate work now */
 
 /* peer.c */
 cl_conn *cl__conn_accept(struct cluster *c, int fd, const struct sockaddr *sa);
-cl_conn *cl__conn_dial(struct cluster *c, const char *host, int port);
+cl_conn *cl__conn_dial(struct cluster *c, const char *host, int port, bool old_key);
 int  cl__conn_send(cl_conn *k, int type, const void *data, size_t len, bool final);
 void cl__conn_close(cl_conn *k, const char *why);   /* sends BYE when open; reaped later */
 void cl__conn_tick(cl_conn *k, uint64_t now);
@@ -209,12 +240,36 @@ int  discovery_new(struct cluster *c, discovery **out);
 void discovery_tick(discovery *d, uint64_t now);
 void discovery_goodbye(discovery *d);
 void discovery_free(discovery *d);
+void discovery_rekey(discovery *d);     /* the fingerprint changed: announce it again */
 
 /* state.c */
 int  cl__state_init(struct cluster *c, bool *created);
 void cl__peers_load(struct cluster *c);
 void cl__peers_save(struct cluster *c);
 int  cl__local_addrs(addr_list *out, bool with_loopback);
+/* Writes a file through mkstemp + fsync + rename (replace) or link (not). */
+int  cl__write_file(const char *path, const char *data, size_t n, int mode, bool replace);
+
+/* revoke.c */
+void cl__revoked_load(struct cluster *c);
+bool cl__is_revoked(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);   /* takes mu */
+bool cl__refuse_revoked(struct cluster *c, cl_conn *k);   /* at authentication: closes k */
+void cl__revoke_send(struct cluster *c, cl_conn *k);      /* the list to a new link */
+void cl__on_revoke(struct cluster *c, cl_conn *k, const uint8_t *data, size_t len);
+void cl__revoke_work(struct cluster *c);                  /* applies what was added */
+json_t *cl__revoked_json(struct cluster *c);              /* caller holds mu */
+
+/* rotate.c */
+void cl__on_rotate(struct cluster *c, cl_conn *k, int type, const uint8_t *data, size_t len);
+void cl__rotate_work(struct cluster *c, uint64_t now);
+void cl__rotate_linked(struct cluster *c, cl_conn *k);   /* a link made with the old key */
+/* For the log of a handshake that failed authentication: "" or a sentence
+ * saying the key may have been rotated, when the peer is a known member. */
+const char *cl__rotation_hint(struct cluster *c, const cl_conn *k);
+/* The rotating node waits no longer for node id (it confirmed, or was removed). */
+void cl__rotate_forget(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);
+json_t *cl__rotation_json(struct cluster *c);            /* caller holds mu */
+void cl__rotate_free(struct cluster *c);
 
 /* hw.c */
 void cl__hw_probe(cl_hw *h);

@@ -479,3 +479,12 @@ void discovery_free(discovery *d)
     rc_free(d->pkt);
     rc_free(d);
 }
+
+void discovery_rekey(discovery *d)
+{
+    if (!d)
+        return;
+    snprintf(d->txt[3], sizeof d->txt[3], "fp=%s", d->c->fp);
+    d->n_announced = 0;
+    d->next_announce_ns = 0;
+}

@@ -247,6 +247,14 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
             k->next_probe_ns = now + (uint64_t)c->cfg.probe_ms * MS;
         }
         break;
+    case WIRE_REVOKE:
+        cl__on_revoke(c, k, m->data, m->len);
+        break;
+    case WIRE_KEY:
+    case WIRE_KEY_ACK:
+    case WIRE_KEY_RETIRE:
+        cl__on_rotate(c, k, m->type, m->data, m->len);
+        break;
     case WIRE_BYE: {
         char why[128];
         size_t n = m->len < sizeof why - 1 ? m->len : sizeof why - 1;
@@ -297,12 +305,15 @@ static void on_read(struct bufferevent *bev, void *arg)
                 return;
             evbuffer_remove(in, auth, sizeof auth);
             if (wire_on_auth(&k->ws, auth)) {
-                rc_log(LOG_WARN, "cluster: refused %s %s: %s", k->role == WIRE_DIALER
-                       ? "the node at" : "a connection from", k->peer_addr, rc_errmsg());
-                k->refused = true;
+                rc_log(LOG_WARN, "cluster: refused %s %s: %s%s", k->role == WIRE_DIALER
+                       ? "the node at" : "a connection from", k->peer_addr, rc_errmsg(),
+                       cl__rotation_hint(c, k));
+                k->refused = k->auth_failed = true;
                 cl__conn_close(k, NULL);
                 return;
             }
+            if (cl__refuse_revoked(c, k))
+                return;
             if (k->ws.peer_channel) {
                 /* only a listener takes channels; its handshake timer
                  * still runs until the first message comes */
@@ -391,7 +402,7 @@ static void nodelay(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-static cl_conn *conn_new(struct cluster *c, int fd, int role)
+static cl_conn *conn_new(struct cluster *c, int fd, int role, bool old_key)
 {
     cl_conn *k = rc_calloc(1, sizeof *k);
     if (!k)
@@ -413,7 +424,11 @@ static cl_conn *conn_new(struct cluster *c, int fd, int role)
     bufferevent_setwatermark(k->bev, EV_WRITE, BULK_LOW / 2, 0);
     bufferevent_enable(k->bev, EV_READ | EV_WRITE);
     uint8_t hello[WIRE_HELLO_BYTES];
-    wire_session_init(&k->ws, c->key, c->nodes[0]->id, role, c->major, c->minor, hello);
+    /* which cluster key the handshake uses: the current one, or for a dial
+     * to a member that may have missed a rotation the one before (rotate.c) */
+    k->old_key = old_key;
+    wire_session_init(&k->ws, old_key ? c->rot.old_key : c->key, c->nodes[0]->id, role, c->major,
+                      c->minor, hello);
     bufferevent_write(k->bev, hello, sizeof hello);
     k->next = c->conns;
     c->conns = k;
@@ -422,7 +437,7 @@ static cl_conn *conn_new(struct cluster *c, int fd, int role)
 
 cl_conn *cl__conn_accept(struct cluster *c, int fd, const struct sockaddr *sa)
 {
-    cl_conn *k = conn_new(c, fd, WIRE_LISTENER);
+    cl_conn *k = conn_new(c, fd, WIRE_LISTENER, false);
     if (!k)
         return NULL;
     if (sa->sa_family == AF_INET) {
@@ -434,7 +449,7 @@ cl_conn *cl__conn_accept(struct cluster *c, int fd, const struct sockaddr *sa)
     return k;
 }
 
-cl_conn *cl__conn_dial(struct cluster *c, const char *host, int port)
+cl_conn *cl__conn_dial(struct cluster *c, const char *host, int port, bool old_key)
 {
     struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res = NULL;
     char ps[16];
@@ -448,7 +463,7 @@ cl_conn *cl__conn_dial(struct cluster *c, const char *host, int port)
             return NULL;
         }
     }
-    cl_conn *k = conn_new(c, -1, WIRE_DIALER);
+    cl_conn *k = conn_new(c, -1, WIRE_DIALER, old_key);
     if (k) {
         snprintf(k->peer_addr, sizeof k->peer_addr, "%s:%d", host, port);
         if (bufferevent_socket_connect(k->bev, res->ai_addr, (int)res->ai_addrlen) != 0) {

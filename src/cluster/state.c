@@ -1,5 +1,6 @@
 /* state.c - the state directory of a node: the cluster key (stored as its
- * join token, mode 0600), the node id, and the cache of peers met before.
+ * join token, mode 0600), the node id, and the cache of peers met before
+ * (the revocation list, revoked.json, is revoke.c's).
  *
  * Files are written to a temporary name and moved into place, so a crash
  * never leaves half a key; a new key is linked (not renamed) into place so
@@ -79,15 +80,18 @@ static int read_small(const char *path, char *buf, size_t cap)
 }
 
 /* Writes data to path with `mode`: replace = rename over an old file;
- * otherwise link, failing with RC_ESTATE when the file appeared meanwhile. */
+ * otherwise link, failing with RC_ESTATE when the file appeared meanwhile.
+ * The temporary file comes from mkstemp (a fresh name no one could have
+ * placed a symlink at) and gets `mode` before any byte is written. */
 static int write_file(const char *path, const char *data, size_t n, int mode, bool replace)
 {
     char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
+        return rc_fail(RC_ELIMIT, "path too long: %s", path);
+    int fd = mkstemp(tmp);
     if (fd < 0)
         return rc_fail(RC_EIO, "cannot write %s: %s", tmp, strerror(errno));
-    bool ok = write(fd, data, n) == (ssize_t)n && fsync(fd) == 0;
+    bool ok = fchmod(fd, (mode_t)mode) == 0 && write(fd, data, n) == (ssize_t)n && fsync(fd) == 0;
     ok = close(fd) == 0 && ok;
     if (!ok) {
         unlink(tmp);
@@ -103,6 +107,11 @@ static int write_file(const char *path, const char *data, size_t n, int mode, bo
     }
     unlink(tmp);
     return r;
+}
+
+int cl__write_file(const char *path, const char *data, size_t n, int mode, bool replace)
+{
+    return write_file(path, data, n, mode, replace);
 }
 
 int cluster_read_token(const char *state_dir, char *out, size_t cap)
@@ -266,7 +275,7 @@ void cl__peers_load(struct cluster *c)
             continue;
         cl_node *n = cl__node_find(c, bin);
         if (!n && !(n = cl__node_add(c, bin)))
-            break;
+            continue;               /* removed from the cluster (or out of memory) */
         if (n->is_self)
             continue;
         n->member = true;           /* met before */

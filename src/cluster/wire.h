@@ -67,6 +67,11 @@ enum wire_type {
     WIRE_PROBE_ACK = 0x05,    /* u64 probe id, u64 bytes received */
     WIRE_BYE       = 0x06,    /* UTF-8 reason; the last record (secretstream FINAL) */
     WIRE_CHAN_OK   = 0x07,    /* empty: a data channel's first message was taken */
+    /* the allow-list (revoke.c, rotate.c; docs/cluster-protocol.md §5) */
+    WIRE_REVOKE     = 0x10,   /* u16 n, n x (id[16] removed, id[16] by, u64 unix s) */
+    WIRE_KEY        = 0x11,   /* new cluster key[32], u64 epoch, id[16] of the sender */
+    WIRE_KEY_ACK    = 0x12,   /* u64 epoch, the new key's fingerprint (8 bytes) */
+    WIRE_KEY_RETIRE = 0x13,   /* u64 epoch: the key before it stops being used */
 };
 enum { WIRE_F_MORE = 0x01 };
 

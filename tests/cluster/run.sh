@@ -11,7 +11,11 @@
 #   lists and resolves the nodes; a node killed with SIGKILL is marked down
 #   within the bound and rejoins after a restart; a cut link (ip link set
 #   down) marks the cut node down on both sides, the minority side loses its
-#   quorum, and all heals when the link is restored.
+#   quorum, and all heals when the link is restored; a node removed with
+#   `racimo nodes remove` is refused everywhere and cannot rejoin; `racimo
+#   token --rotate` carries the live members over to a new key without a
+#   link lost, the old token is refused, the new one joins, and a member away
+#   during the rotation is refused until given the new token.
 #
 # Prints "N passed, N failed, N skipped" last.  Logs stay in
 # build/cluster-e2e/.  Usage: tests/cluster/run.sh  (RACIMO_BIN overrides
@@ -251,6 +255,83 @@ ip -n "$P-n3" route add 224.0.0.0/4 dev eth0 2>/dev/null
 if wait_for 20 eval "all_see up $id3 1 2 4 && n_up 3 4" && wait_for 20 same_views 1 2 3 4; then
   ok "the restored link heals the cluster ($(( $(now_ms) - t0 )) ms), one view again"
 else bad "heal: $(for i in 1 2 3 4; do digest $i; echo; done)"; fi
+
+# ---- removing a node: refused everywhere, it cannot rejoin ----
+fresh_node5() { rm -rf "$T/n5"; mkdir -p "$T/n5/models"; cp "$T/n1/bench.json" "$T/n5/"; }
+fresh_node5
+start_node 5 --join "$TOKEN"
+id5=$(id_of 5)
+if wait_for 20 eval "all_see up $id5 1 2 3 4 && n_up 5 5"; then
+  out=$(ip netns exec "$P-n2" "$BIN" nodes remove "${id5:0:8}" --host 10.77.0.2 --port 8080 2>&1)
+  if echo "$out" | grep -q "removed node $id5" && \
+     wait_for 5 eval "[ -z \"\$(state_in 1 $id5)\$(state_in 2 $id5)\$(state_in 3 $id5)\$(state_in 4 $id5)\" ]" && \
+     wait_for 5 grep -q "this node (${id5:0:8}) was removed from the cluster by node $(id_of 2 | cut -c1-8)" "$T/n5.out" && \
+     n_up 1 4 && wait_for 5 test -f "$T/n3/revoked.json" && [ "$(stat -c %a "$T/n3/revoked.json")" = 600 ] && \
+     view 4 | jq -e --arg id "$id5" '.revoked | map(.id) | index($id) != null' >/dev/null && \
+     ip netns exec "$P-n3" "$BIN" nodes --host 10.77.0.3 --port 8080 | grep -q "removed from the cluster (refused everywhere): ${id5:0:8}"; then
+    ok "racimo nodes remove: every node drops it and keeps the revocation (revoked.json, 600, listed by racimo nodes); the node logs that it was removed"
+  else bad "remove: $out; $(for i in 1 2 3 4; do state_in $i "$id5"; done); $(grep -h removed "$T/n5.out" | head -n 2)"; fi
+else bad "remove: node 5 did not join first"; fi
+st=$(ip netns exec "$P-n3" curl -s -o /dev/null -w '%{http_code}' -X POST "http://10.77.0.2:8080/v1/cluster/nodes/${id5}/remove")
+[ "$st" = 403 ] && ok "another host cannot remove nodes or rotate the key through a node's API (403)" \
+  || bad "remove from another host answered $st"
+# restarted without its list (a removed node need not cooperate), it dials and is refused
+stop_node 5
+rm -f "$T/n5/revoked.json"
+start_node 5 --join "$TOKEN" --peer 10.77.0.1:7719
+sleep 4
+if [ -z "$(state_in 1 "$id5")" ] && [ -z "$(state_in 3 "$id5")" ] && n_up 1 4 && \
+   grep -q "refused a connection from 10.77.0.5.*(node ${id5:0:8}): that node was removed" "$T/n1.out" && \
+   grep -q "this node (${id5:0:8}) was removed" "$T/n5.out"; then
+  ok "the removed node cannot rejoin: refused at the handshake, told why"
+else bad "rejoin after removal: $(for i in 1 2 3 4; do state_in $i "$id5"; done) $(grep -c removed "$T/n1.out")"; fi
+stop_node 5
+
+# ---- rotating the cluster key: live members carry over; the old token stops working ----
+id4=$(id_of 4)
+stop_node 4                         # away during the rotation
+wait_for 10 all_see down "$id4" 1 2 3
+downs() { cat "$T"/n[123].out | grep -c " is down"; }
+d0=$(downs)
+NEW=$(ip netns exec "$P-n1" "$BIN" token --rotate --host 10.77.0.1 --port 8080 2>"$T/rotate.err")
+same=0
+for i in 1 2 3; do [ "$("$BIN" token --state-dir "$T/n$i")" = "$NEW" ] && same=$((same+1)); done
+if [[ "$NEW" == racimo1-* ]] && [ "$NEW" != "$TOKEN" ] && [ "$same" = 3 ] && \
+   grep -q "every live member carried over" "$T/rotate.err" && \
+   [ "$(cut -c1-64 "$T/n4/cluster.key")" = "$TOKEN" ]; then
+  ok "racimo token --rotate: a new token, stored by every live member"
+else bad "rotate: '$NEW' stored by $same of 3: $(cat "$T/rotate.err")"; fi
+sleep $(( DOWN_MS / 1000 + 1 ))
+if n_up 1 3 && n_up 2 3 && n_up 3 3 && [ "$(downs)" = "$d0" ] && wait_for 10 same_views 1 2 3; then
+  ok "the live members stayed linked through the rotation (no node went down in any view)"
+else bad "rotation lost links: downs $d0 -> $(downs); $(for i in 1 2 3; do digest $i; echo; done)"; fi
+fresh_node5
+start_node 5 --join "$TOKEN" --peer 10.77.0.1:7719
+id5=$(id_of 5)
+sleep 4
+if [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 3 && \
+   grep -q "refused the node at 10.77.0.1:7719: authentication failed" "$T/n5.out"; then
+  ok "a node started with the old token is refused"
+else bad "old token: $(state_in 1 "$id5"); $(grep -h refused "$T/n5.out" | head -n 2)"; fi
+stop_node 5
+fresh_node5
+start_node 5 --join "$NEW"
+id5=$(id_of 5)
+if wait_for 20 eval "all_see up $id5 1 2 3 && n_up 5 4"; then
+  ok "a node started with the new token joins"
+else bad "new token: $(for i in 1 2 3; do state_in $i "$id5"; done)"; fi
+# the member that was away: refused, and its log says why
+start_node 4
+if wait_for 10 grep -q "authentication failed.*a member of this cluster: the cluster key may have been rotated" "$T/n4.out" && \
+   [ "$(state_in 1 "$id4")" = down ]; then
+  ok "a member away during the rotation is refused and logs that the key may have been rotated"
+else bad "away member: $(state_in 1 "$id4"); $(grep -h refused "$T/n4.out" | head -n 2)"; fi
+stop_node 4
+start_node 4 --join "$NEW"
+if wait_for 20 eval "all_see up $id4 1 2 3 5 && n_up 4 5"; then
+  ok "given the new token, it rejoins as the same node"
+else bad "rejoin with the new token: $(for i in 1 2 3 5; do state_in $i "$id4"; done)"; fi
+stop_node 5
 
 # ---- the nodes survived all of it ----
 for i in 1 2 3 4; do kill -0 "$(cat "$T/n$i.pid")" 2>/dev/null || bad "node $i died"; done
