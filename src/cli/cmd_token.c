@@ -13,7 +13,7 @@ static void usage(FILE *f)
         "usage: racimo token [--state-dir DIR]\n"
         "\n"
         "Prints the join token of the cluster this node belongs to.  On another machine,\n"
-        "'racimo serve --join TOKEN' (or RACIMO_JOIN_TOKEN=TOKEN) joins the cluster.  The token\n"
+        "'RACIMO_JOIN_TOKEN=TOKEN racimo serve' (or --join-file FILE) joins the cluster.  The token\n"
         "is the cluster key: whoever has it can join, so pass it like a password.\n"
         "\n"
         "  --state-dir DIR   the node's state directory (default $RACIMO_HOME or ~/.racimo)\n");
