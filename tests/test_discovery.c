@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NS 1000000000ull
 
@@ -132,6 +133,26 @@ TEST(log_clean_filters_peer_text)
     const char *a = log_clean("one"), *b = log_clean("two");
     CHECK_STR(a, "one");
     CHECK_STR(b, "two");
+}
+
+TEST(log_lines_stay_one_line)
+{
+    /* whatever a message quotes (an error text may hold a peer's words),
+     * a log line is one line without escape sequences */
+    char path[600];
+    snprintf(path, sizeof path, "%s/log.txt", test_tmpdir());
+    FILE *f = fopen(path, "w+");
+    CHECK(f != NULL);
+    int saved = dup(2);
+    CHECK(dup2(fileno(f), 2) == 2);
+    rc_log(LOG_ERROR, "peer said: %s", "bye\nracimo info: forged\x1b[2J");
+    dup2(saved, 2);
+    close(saved);
+    char line[256] = "";
+    rewind(f);
+    CHECK(fgets(line, sizeof line, f) != NULL);
+    fclose(f);
+    CHECK_STR(line, "racimo error: peer said: bye?racimo info: forged?[2J\n");
 }
 
 /* ---- the cluster's side ---- */
