@@ -378,12 +378,13 @@ static void node_drop(struct cluster *c, int i)
         if (k->target == n)
             k->target = NULL;
     }
+    bool member = n->member;          /* only members are in STATE and peers.json */
     pthread_mutex_lock(&c->mu);
     c->nodes[i] = c->nodes[--c->n_nodes];
-    c->self_dirty = true;
+    c->self_dirty |= member;
     pthread_mutex_unlock(&c->mu);
     cl_node_free(n);
-    c->peers_dirty = true;
+    c->peers_dirty |= member;
 }
 
 /* A stranger can announce as many made-up nodes as it likes: at most
