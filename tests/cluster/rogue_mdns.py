@@ -5,16 +5,18 @@ cluster port that speaks no racimo.  It holds no cluster key; it knows what
 anyone on the LAN can hear (the fingerprint, the node ids).
 
 Every second for SECONDS it multicasts, from its own address OWN:
-  - the id of a live node (VICTIM) at a dead address (10.77.0.99), under the
-    real node's own host name, with an escape sequence in the instance name;
+  - the id of a known node (VICTIM) at SPOOF_ADDR (default a dead address,
+    10.77.0.99), under the real node's own host name, with an escape
+    sequence in the instance name;
   - N_FAKE made-up nodes of this cluster, half at OWN (where the listener
     fails their handshakes), half at the dead address;
   - a node (id ee..) sent with IP TTL 64, as if routed in;
   - nodes whose A record is a loopback (id dd..) or the subnet's broadcast
     address (id cc..).
-Then it writes how many TCP connections the listener accepted to OUT.
+It prints a line for each TCP connection the listener accepts, and at the end
+writes their number to OUT.
 
-usage: rogue_mdns.py FP VICTIM_ID OWN SECONDS N_FAKE OUT
+usage: rogue_mdns.py FP VICTIM_ID OWN SECONDS N_FAKE OUT [SPOOF_ADDR]
 """
 import os
 import socket
@@ -77,10 +79,11 @@ def listener(own, counter, stop):
     s.settimeout(0.2)
     while not stop.is_set():
         try:
-            c, _ = s.accept()
+            c, peer = s.accept()
         except socket.timeout:
             continue
         counter[0] += 1
+        print("accepted a connection from %s" % peer[0], flush=True)
         try:
             c.sendall(os.urandom(92))     # a HELLO's worth of noise
         except OSError:
@@ -91,6 +94,7 @@ def listener(own, counter, stop):
 
 def main():
     fp, victim, own, seconds, n_fake, out = sys.argv[1:7]
+    spoof_addr = sys.argv[7] if len(sys.argv) > 7 else DEAD
     seconds, n_fake = int(seconds), int(n_fake)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     tx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -105,7 +109,7 @@ def main():
         fakes += instance("fake %d [%s]" % (i, fid[:8]), fid, fp, "fake%d.local" % i,
                           own if i % 2 else DEAD)
     spoof = instance("evil\x1b[31m\x1b]0;pwned\x07 [%s]" % victim[:8], victim, fp,
-                     "racimo-%s.local" % victim[:16], DEAD)
+                     "racimo-%s.local" % victim[:16], spoof_addr)
     loop = instance("loop [dddddddd]", "dd" * 16, fp, "loop.local", "127.0.0.1")
     bcast = instance("bcast [cccccccc]", "cc" * 16, fp, "bcast.local", "10.77.0.255")
     routed = instance("routed [eeeeeeee]", "ee" * 16, fp, "routed.local", own)

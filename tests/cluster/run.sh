@@ -271,6 +271,30 @@ if wait_for 20 eval "all_see up $id4 1 2 3 && n_up 4 4"; then
     || bad "rejoin: $(view 1 | jq '.nodes | length') nodes"
 else bad "rejoin: $(for i in 1 2 3 4; do state_in $i "$id4"; done)"; fi
 
+# ---- a stranger cannot hold back the dials of a known node ----
+# Node 4 goes down; the rogue answers for its id with its own address, where
+# every handshake fails.  Node 4 comes back knowing nobody (no peers.json, no
+# multicast): only the others' dials of its proven address bring it back, and
+# they go on at their usual pace (a refused handshake at a node's only
+# address would hold them back 30 s).
+stop_node 4 KILL
+wait_for $(( (DOWN_MS + SLACK_MS) / 1000 + 1 )) all_see down "$id4" 1 2 3
+ip netns exec "$P-rogue" python3 tests/cluster/rogue_mdns.py "$fp" "$id4" 10.77.0.66 15 0 \
+  "$T/rogue2.count" 10.77.0.66 >"$T/rogue2.log" 2>&1 &
+rogue_pid=$!
+if wait_for 10 grep -q "accepted a connection" "$T/rogue2.log"; then
+  rm -f "$T/n4/peers.json"
+  t0=$(now_ms)
+  start_node 4 --no-discovery
+  if wait_for 10 all_see up "$id4" 1 2 3; then
+    ok "a stranger answering for a down node's id (its handshakes failing) does not delay dialling the node where it was proven ($(( $(now_ms) - t0 )) ms)"
+  else bad "dials held back: $(for i in 1 2 3; do state_in $i "$id4"; done); $(grep -h "10.77.0.66" "$T/n1.out" | tail -n 3)"; fi
+else bad "the nodes never dialled the rogue's address for node 4: $(cat "$T/rogue2.log")"; fi
+wait "$rogue_pid" 2>/dev/null
+stop_node 4
+start_node 4
+wait_for 20 eval "all_see up $id4 1 2 3 && n_up 4 4" || bad "node 4 back with discovery"
+
 # ---- a cut link: both sides see it, the minority loses its quorum ----
 id3=$(id_of 3)
 wait_for 10 same_views 1 2 3 4 >/dev/null
