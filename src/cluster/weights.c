@@ -1009,7 +1009,7 @@ int weights_ensure_shard(weights *w, const char *model_name, int first, int last
                 last < 0 ? -1 : last - 1, model_name, node);
     else
         rc_log(LOG_INFO, "weights: pulled %.1f MB of '%s' from node %.8s in %.1f s",
-               (double)p.done / 1e6, log_clean(model_name), node, (double)(os_now_ns() - p.t0) * 1e-9);
+               (double)p.done / 1e6, model_name, node, (double)(os_now_ns() - p.t0) * 1e-9);
     model_ranges_free(&r);
 out:
     pthread_mutex_unlock(&w->ensure_mu);
