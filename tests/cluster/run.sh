@@ -282,7 +282,12 @@ wait_for $(( (DOWN_MS + SLACK_MS) / 1000 + 1 )) all_see down "$id4" 1 2 3
 ip netns exec "$P-rogue" python3 tests/cluster/rogue_mdns.py "$fp" "$id4" 10.77.0.66 15 0 \
   "$T/rogue2.count" 10.77.0.66 >"$T/rogue2.log" 2>&1 &
 rogue_pid=$!
-if wait_for 10 grep -q "accepted a connection" "$T/rogue2.log"; then
+# every node has tried the rogue's address for node 4 (and had the handshake fail)
+rogue_tried_all() {
+  local i
+  for i in 1 2 3; do grep -q "accepted a connection from 10.77.0.$i\$" "$T/rogue2.log" || return 1; done
+}
+if wait_for 10 rogue_tried_all; then
   rm -f "$T/n4/peers.json"
   t0=$(now_ms)
   start_node 4 --no-discovery
