@@ -181,7 +181,8 @@ test-e2e: build/rel/racimo
 	  openai.test.mjs ollama.test.mjs protocol.test.mjs load.test.mjs
 
 # test-cluster: real nodes in network namespaces on a bridge (needs root):
-# discovery, refusals, avahi-browse, SIGKILL and a cut link (tests/cluster).
+# discovery, refusals, avahi-browse, a rogue mDNS responder, SIGKILL and a
+# cut link (tests/cluster).
 test-cluster: build/rel/racimo build/rel/racimo-hooks
 	@RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/run.sh
 

@@ -117,8 +117,8 @@ start_pair() {
   echo $! >"$T/n1.pid"
   wait_for 30 grep -q "listening on" "$T/n1.out" || { tail -5 "$T/n1.out"; exit 1; }
   local token; token=$("$BIN" token --state-dir "$T/n1")
-  ip netns exec "$P-n2" "$BIN" serve --host 10.78.0.2 --advertise 10.77.0.254 --no-discovery \
-    --state-dir "$T/n2" --name node2 --join "$token" --peer 10.78.0.254:7719 \
+  RACIMO_JOIN_TOKEN=$token ip netns exec "$P-n2" "$BIN" serve --host 10.78.0.2 --advertise 10.77.0.254 --no-discovery \
+    --state-dir "$T/n2" --name node2 --peer 10.78.0.254:7719 \
     "${COMMON[@]}" >>"$T/n2.out" 2>&1 &
   echo $! >"$T/n2.pid"
   wait_for 30 grep -q "listening on" "$T/n2.out" || { tail -5 "$T/n2.out"; exit 1; }

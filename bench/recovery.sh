@@ -65,7 +65,7 @@ for case in "2 1" "3 2"; do
     for i in 1 2 3; do find "$T/n$i" -mindepth 1 -maxdepth 1 ! -name models -exec rm -rf {} +; done
     start_node 1 --min-nodes "$from"
     TOKEN=$("$BIN" token --state-dir "$T/n1")
-    for i in $(seq 2 "$from"); do start_node "$i" --join "$TOKEN" --peer 10.77.0.1; done
+    for i in $(seq 2 "$from"); do RACIMO_JOIN_TOKEN=$TOKEN start_node "$i" --peer 10.77.0.1; done
     wait_for 30 n_up 1 "$from"
     # the reference: the same stream without a fault (also loads the instance)
     body="{\"model\":\"$MODEL\",\"prompt\":\"$PROMPT\",\"max_tokens\":$((BEFORE + 60)),\"temperature\":0,\"ignore_eos\":true,\"stream\":true}"

@@ -3,10 +3,13 @@
  *
  * Parses the input; on success looks up keys in every TXT record and
  * writes every name parsed back into a packet, parses that again and checks
- * the name came back the same (the presentation form round-trips).
+ * the name came back the same (the presentation form round-trips); puts
+ * every A record through the acceptance rules of discovery and every name
+ * through its rate limit (mdns_guard.h), which must always decide.
  * Seeds: fuzz/corpus/frame_mdns.
  */
 #include "cluster/mdns.h"
+#include "cluster/mdns_guard.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static mdns_packet p, q;
 static uint8_t buf[MDNS_PKT_MAX];
+static mdns_rate rate;
+static const mdns_iface ifs[2] = { { 2, 0x0a4d0001, 0xffffff00 }, { 3, 0xc0a80105, 0xffff0000 } };
 
 static void roundtrip(const char *name)
 {
@@ -39,6 +44,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             mdns_txt_get(r->rdata, r->n_rdata, "id", v, sizeof v);
             mdns_txt_get(r->rdata, r->n_rdata, "fp", v, sizeof v);
         }
+        if (r->type == MDNS_A) {
+            uint32_t a = (uint32_t)r->addr[0] << 24 | (uint32_t)r->addr[1] << 16 |
+                         (uint32_t)r->addr[2] << 8 | r->addr[3];
+            int v = mdns_guard_addr(ifs, 2, (int)(r->ttl % 4), a);
+            if (v < MDNS_OK || v >= MDNS_N_VERDICTS || !mdns_guard_why(v))
+                abort();
+        }
+        mdns_rate_allow(&rate, r->name, (uint64_t)r->ttl * 1000000000ull, 1000000000ull);
         if (r->name[0])
             roundtrip(r->name);
         if (r->target[0])

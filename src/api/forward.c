@@ -458,8 +458,8 @@ static void out_end(api_server *s, fwd_out *o, const char *why)
     }
     bool ollama = srv_is_ollama_path(o->path);
     if (why && !o->req_owned)
-        rc_log(LOG_WARN, "forward: %s for %s to node %.8s (%s) failed: %s", o->path, o->model,
-               o->node, o->node_name, why);
+        rc_log(LOG_WARN, "forward: %s for %s to node %.8s (%s) failed: %s", o->path,
+               log_clean(o->model), o->node, log_clean(o->node_name), why);
     if (o->req && !o->req_owned && !o->started) {
         api_error e;
         api_fail(&e, 502, "forward_failed", NULL, "node %s (%.8s), which serves %s, %s",
@@ -849,12 +849,12 @@ bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, cons
     }
     if (rc) {
         rc_log(LOG_WARN, "forward: cannot reach node %.8s (%s) for %s; running it here",
-               o->node, o->node_name, o->model);
+               o->node, log_clean(o->node_name), log_clean(o->model));
         rc_free(o);
         return false;
     }
-    rc_log(LOG_INFO, "forward: %s for %s to node %.8s (%s), which serves it", path, o->model,
-           o->node, o->node_name);
+    rc_log(LOG_INFO, "forward: %s for %s to node %.8s (%s), which serves it", path,
+           log_clean(o->model), o->node, log_clean(o->node_name));
     o->s = s;
     o->req = req;
     o->t0_ns = os_now_ns();

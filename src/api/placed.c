@@ -107,10 +107,11 @@ static int start_exec(const registry_config *cfg, api_model *m, const model_hpar
         spec.stage[k].last = pl->stage[k].last;
         if (pl->tensor)
             rc_log(LOG_INFO, "model %s: shard %d of %d (every layer) on node %.8s (%s)", m->name,
-                   k, pl->n_stages, pl->stage[k].id, pl->stage[k].name);
+                   k, pl->n_stages, pl->stage[k].id, log_clean(pl->stage[k].name));
         else
             rc_log(LOG_INFO, "model %s: stage %d, layers %d-%d on node %.8s (%s)", m->name, k,
-                   pl->stage[k].first, pl->stage[k].last - 1, pl->stage[k].id, pl->stage[k].name);
+                   pl->stage[k].first, pl->stage[k].last - 1, pl->stage[k].id,
+                   log_clean(pl->stage[k].name));
     }
     return pipeline_exec_new(cfg->pipeline, &spec, STAGE_START_MS, log_progress, m, x);
 }

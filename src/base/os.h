@@ -56,4 +56,20 @@ uint64_t os_available_memory_bytes(void);
 uint64_t os_peak_rss_bytes(void);               /* of this process */
 uint64_t os_current_rss_bytes(void);            /* 0 where unknown */
 
+/* UDP with what the IP header said, for a receiver that must know whether
+ * a datagram came from its own link (multicast DNS, RFC 6762 §11).
+ * os_udp_want_meta asks the kernel of an IPv4 socket for the TTL and the
+ * arrival interface of each datagram (0, or -1 with errno).  os_udp_recv
+ * receives one datagram (non-blocking socket: -1 with errno EAGAIN when
+ * none) into buf; its length is returned, and the sender, the IP TTL (-1
+ * where the platform does not tell) and the arrival interface index (0 when
+ * unknown) are stored. */
+struct sockaddr_in;
+typedef struct {
+    int ttl;
+    int ifindex;
+} os_udp_meta;
+int  os_udp_want_meta(int fd);
+long os_udp_recv(int fd, void *buf, size_t cap, struct sockaddr_in *from, os_udp_meta *meta);
+
 #endif

@@ -3,11 +3,14 @@
 #include "err.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -263,4 +266,66 @@ void os_sleep_ms(int ms)
 {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+int os_udp_want_meta(int fd)
+{
+    int one = 1, r = 0;
+#ifdef IP_RECVTTL
+    r |= setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &one, sizeof one);
+#endif
+#ifdef IP_PKTINFO
+    r |= setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one);
+#endif
+    return r ? -1 : 0;
+}
+
+long os_udp_recv(int fd, void *buf, size_t cap, struct sockaddr_in *from, os_udp_meta *meta)
+{
+    union {
+        struct cmsghdr align;
+        char b[256];
+    } ctl;
+    struct iovec iov = { .iov_base = buf, .iov_len = cap };
+    struct msghdr mh = { .msg_name = from, .msg_namelen = sizeof *from, .msg_iov = &iov,
+                         .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b };
+    meta->ttl = -1;
+    meta->ifindex = 0;
+    ssize_t n = recvmsg(fd, &mh, 0);
+    if (n < 0)
+        return -1;
+    if (mh.msg_namelen < sizeof *from || from->sin_family != AF_INET)
+        memset(from, 0, sizeof *from);     /* the caller refuses a sender it cannot place */
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level != IPPROTO_IP)
+            continue;
+        size_t len = cm->cmsg_len - CMSG_LEN(0);
+#if defined(IP_TTL) || defined(IP_RECVTTL)
+        /* Linux says IP_TTL with an int; the BSDs and macOS IP_RECVTTL with a byte */
+        bool is_ttl = false;
+#ifdef IP_TTL
+        is_ttl = is_ttl || cm->cmsg_type == IP_TTL;
+#endif
+#ifdef IP_RECVTTL
+        is_ttl = is_ttl || cm->cmsg_type == IP_RECVTTL;
+#endif
+        if (is_ttl) {
+            if (len >= sizeof(int)) {
+                int t;
+                memcpy(&t, CMSG_DATA(cm), sizeof t);
+                meta->ttl = t;
+            } else if (len >= 1) {
+                meta->ttl = *(const unsigned char *)CMSG_DATA(cm);
+            }
+        }
+#endif
+#ifdef IP_PKTINFO
+        if (cm->cmsg_type == IP_PKTINFO && len >= sizeof(struct in_pktinfo)) {
+            struct in_pktinfo pi;
+            memcpy(&pi, CMSG_DATA(cm), sizeof pi);
+            meta->ifindex = (int)pi.ipi_ifindex;
+        }
+#endif
+    }
+    return (long)n;
 }

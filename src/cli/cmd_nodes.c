@@ -3,6 +3,7 @@
  * nodes, links and leader as tables, or the JSON itself with --json. */
 #include "cli.h"
 #include "cli_http.h"
+#include "base/log.h"
 #include "base/mem.h"
 
 #include <jansson.h>
@@ -58,7 +59,7 @@ static const char *name_of(json_t *snap, const char *id)
     json_t *n;
     json_array_foreach(json_object_get(snap, "nodes"), i, n)
         if (!strcmp(str(n, "id"), id))
-            return str(n, "name");
+            return log_clean(str(n, "name"));   /* each node names itself: text from the network */
     return "?";
 }
 
@@ -110,15 +111,15 @@ static void print_tables(json_t *s)
                     snprintf(slots, sizeof slots, " (%d free)",
                              (int)json_integer_value(json_object_get(fr, mn)));
                 int w = snprintf(models + used, sizeof models - used, "%s%s%s%s", used ? ", " : "",
-                                 mn, serves ? "*" : "", slots);
+                                 log_clean(mn), serves ? "*" : "", slots);
                 if (w < 0 || (size_t)w >= sizeof models - used)
                     break;
                 used += (size_t)w;
             }
         }
-        printf("%-10s %-16.16s %-5s %-22s %5d %-12.12s %-11s %7s %7s  %s\n", idcol, str(n, "name"),
-               str(n, "state"), addr, (int)json_integer_value(json_object_get(hw, "cores")),
-               str(hw, "simd"), mem, bw, gf, used ? models : "-");
+        printf("%-10s %-16.16s %-5s %-22s %5d %-12.12s %-11s %7s %7s  %s\n", idcol,
+               log_clean(str(n, "name")), str(n, "state"), addr,
+               (int)json_integer_value(json_object_get(hw, "cores")), log_clean(str(hw, "simd")), mem, bw, gf, used ? models : "-");
     }
     json_t *links = json_object_get(s, "links");
     if (json_array_size(links)) {

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,12 +52,15 @@ static void usage(FILE *f)
         "\n"
         "Cluster (docs/cluster.md): every 'racimo serve' is a node.  The first node makes a\n"
         "cluster key and prints a join token ('racimo token' prints it again); nodes started\n"
-        "with --join TOKEN find each other on the local network (DNS-SD over multicast DNS)\n"
+        "with its token find each other on the local network (DNS-SD over multicast DNS)\n"
         "or through --peer, and link with mutual authentication and encryption.  A node\n"
         "listening on loopback only (the default --host) is reachable from this machine only.\n"
         "  --state-dir DIR         key, node id, caches and default models folder\n"
         "                          (default $RACIMO_HOME or ~/.racimo)\n"
-        "  --join TOKEN            join the cluster of TOKEN (or $RACIMO_JOIN_TOKEN); kept\n"
+        "  --join-file FILE        join the cluster of the token in FILE (its first line);\n"
+        "                          or set $RACIMO_JOIN_TOKEN; the key is kept in --state-dir\n"
+        "  --join TOKEN            the same with the token on the command line, where other\n"
+        "                          users of this machine can read it (ps): prefer the above\n"
         "  --peer HOST[:PORT]      a node to dial, where multicast does not pass (repeatable)\n"
         "  --cluster-port N        cluster TCP port (default 7719; busy: any free port)\n"
         "  --advertise ADDR        the IPv4 address other nodes reach this one at\n"
@@ -78,6 +82,32 @@ static void usage(FILE *f)
         "  --cache-type f32|f16  KV cache elements of instances run here (default f32, the\n"
         "                        reference's numbers; f16 halves the cache's memory)\n"
         "  --no-cluster            serve alone, with no cluster\n");
+}
+
+/* The join token in the first line of `path` that is not empty or a
+ * '#' comment, into out; prints why not and returns -1. */
+static int read_token_file(const char *path, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "racimo: serve: --join-file: cannot read %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    int rc = -1;
+    while (fgets(out, (int)cap, f)) {
+        char *p = out + strspn(out, " \t"), *end = p + strlen(p);
+        while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+            *--end = 0;
+        if (!*p || *p == '#')
+            continue;
+        memmove(out, p, (size_t)(end - p) + 1);
+        rc = 0;
+        break;
+    }
+    fclose(f);
+    if (rc)
+        fprintf(stderr, "racimo: serve: --join-file: %s holds no token\n", path);
+    return rc;
 }
 
 static int want_int(const char *opt, const char *v, long lo, long hi, long *out)
@@ -104,7 +134,7 @@ int cmd_serve(int argc, char **argv)
     const char *peers[MAX_LIST];
     int n_peers = 0;
     bool no_cluster = false;
-    char state_dir[600], models_dir[700], listen[64];
+    char state_dir[600], models_dir[700], listen[64], token[512];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = true;
@@ -186,6 +216,9 @@ int cmd_serve(int argc, char **argv)
             cc.state_dir = val;
         } else if (!strcmp(a, "--join")) {
             cc.join_token = val;
+        } else if (!strcmp(a, "--join-file")) {
+            if (read_token_file(val, token, sizeof token)) goto out;
+            cc.join_token = token;
         } else if (!strcmp(a, "--peer")) {
             if (n_peers >= MAX_LIST) { fprintf(stderr, "racimo: serve: too many --peer\n"); goto out; }
             peers[n_peers++] = val;
@@ -312,8 +345,8 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "racimo: warning: serving without a cluster: %s\n", node_solo_why(nd));
     if (node_created_cluster(nd))
         fprintf(stderr, "racimo: created a new cluster (its key is in %s/cluster.key).\n"
-                        "racimo: to add a machine, run there:  racimo serve --host 0.0.0.0 "
-                        "--join %s\n", state_dir, cluster_join_token(node_cluster(nd)));
+                        "racimo: to add a machine, run there:  RACIMO_JOIN_TOKEN=%s racimo serve "
+                        "--host 0.0.0.0\n", state_dir, cluster_join_token(node_cluster(nd)));
     /* the line scripts wait for; with --port 0 it names the port chosen */
     fprintf(stderr, "racimo: listening on http://%s:%d (%d model%s given, %s)\n", cfg.host,
             node_http_port(nd), n_models, n_models == 1 ? "" : "s",
@@ -325,6 +358,7 @@ int cmd_serve(int argc, char **argv)
     rc = node_run(nd) ? cli_error("serve") : 0;
     node_free(nd);
 out:
+    memset(token, 0, sizeof token);
     for (int i = 0; i < n_keys; i++)
         rc_free(keys[i]);
     rc_free(keys);

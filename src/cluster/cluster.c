@@ -43,6 +43,9 @@
 #define MS             1000000ull
 #define MAX_HANDSHAKES 64
 #define STATE_MAX      (4u << 20)
+#define MAX_UNPROVEN   32          /* nodes only multicast DNS speaks for, at a time */
+#define HINT_DIALS_S   4           /* dials to addresses from multicast DNS, per second */
+#define HINT_DIALS_MAX 8           /* ... and at once */
 #define VERSION_TEXT   "0.1.0"
 
 void cluster_config_default(cluster_config *c)
@@ -125,6 +128,40 @@ void cl__node_add_addr(struct cluster *c, cl_node *n, const char *addr)
 }
 
 static cl_node *self_node(struct cluster *c) { return c->nodes[0]; }
+
+static bool has_addr(const cl_node *n, const char *addr)
+{
+    for (int i = 0; i < n->addrs.n_addrs; i++)
+        if (!strcmp(n->addrs.addrs[i], addr))
+            return true;
+    return false;
+}
+
+/* The addresses to dial a node at: the one it last linked from first,
+ * then the others it is known by. */
+static int n_dial_addrs(const cl_node *n)
+{
+    return n->addrs.n_addrs + (n->linked[0] && !has_addr(n, n->linked));
+}
+
+static const char *dial_addr(const cl_node *n, int i)
+{
+    if (n->linked[0]) {
+        if (i == 0)
+            return n->linked;
+        for (int j = 0; j < n->addrs.n_addrs; j++)
+            if (strcmp(n->addrs.addrs[j], n->linked) && --i == 0)
+                return n->addrs.addrs[j];
+        return n->linked;
+    }
+    return n->addrs.addrs[i % n->addrs.n_addrs];
+}
+
+/* "a.b.c.d" of "a.b.c.d:port" */
+static void host_of(const char *peer_addr, char *out, size_t cap)
+{
+    snprintf(out, cap, "%.*s", (int)strcspn(peer_addr, ":"), peer_addr);
+}
 
 /* ---- this node's STATE ---- */
 
@@ -218,9 +255,10 @@ static void update_membership(struct cluster *c, uint64_t now)
         c->self_dirty = true;
         pthread_mutex_unlock(&c->mu);
         rc_log(up ? LOG_INFO : LOG_WARN, "cluster: node %.8s (%s) is %s", n->id_hex,
-               n->name[0] ? n->name : "?", up ? "up" : "down");
+               n->name[0] ? log_clean(n->name) : "?", up ? "up" : "down");
         if (!up) {
             n->next_dial_ns = now;   /* try again at once (it may have restarted) */
+            n->dial_idx = 0;         /* where it linked from, first */
             for (int k = 0; k < c->n_on_down; k++)
                 c->on_down[k].fn(c->on_down[k].ud, n->id_hex);
         }
@@ -271,6 +309,20 @@ void cl__on_established(struct cluster *c, cl_conn *k)
     }
     n->conn = k;
     n->last_rx_ns = now;
+    /* the address this link came from is proven: dialled first from now
+     * on, and what multicast DNS says does not move the node while linked */
+    host_of(k->peer_addr, n->linked, sizeof n->linked);
+    cl_node *t = k->target;
+    if (t && t->hint_dialing == k) {
+        t->hint_dialing = NULL;
+        if (t == n && t->hint[0]) {
+            cl__node_add_addr(c, n, t->hint);
+            if (!n->cluster_port)
+                n->cluster_port = t->hint_port;
+        }
+        t->hint[0] = 0;              /* used, or it led to another node: forgotten */
+        t->hint_gap_ns = 0;
+    }
     if (!n->member) {
         pthread_mutex_lock(&c->mu);
         n->member = true;
@@ -297,16 +349,27 @@ void cl__on_closed(struct cluster *c, cl_conn *k)
     uint64_t now = os_now_ns();
     if (k->node && k->node->conn == k)
         k->node->conn = NULL;
-    if (k->target && k->target->dialing == k) {
-        k->target->dialing = NULL;
-        if (k->refused)
-            k->target->next_dial_ns = now + 30000 * MS;
+    cl_node *t = k->target;
+    if (t && t->dialing == k) {
+        t->dialing = NULL;
+        /* whatever refused us there (another cluster, another version, not
+         * racimo) holds back this node's dials only if it has no other
+         * address to try */
+        if (k->refused && n_dial_addrs(t) <= 1)
+            t->next_dial_ns = now + 30000 * MS;
         /* a member that refuses the new key may have missed a rotation:
          * once more at once with the key before (rotate.c) */
-        bool retry_old = k->auth_failed && !k->old_key && c->rot.has_old && k->target->member;
-        k->target->dial_old_key = retry_old;
+        bool retry_old = k->auth_failed && !k->old_key && c->rot.has_old && t->member;
+        t->dial_old_key = retry_old;
         if (retry_old)
-            k->target->next_dial_ns = now;
+            t->next_dial_ns = now;
+    }
+    if (t && t->hint_dialing == k) {
+        /* an address from multicast DNS backs off on its own: a stranger's
+         * record never delays the node's own addresses */
+        t->hint_dialing = NULL;
+        if (k->refused)
+            t->hint_next_ns = now + 30000 * MS;
     }
     if (k->static_idx >= 0 && c->statics[k->static_idx].dialing == k) {
         c->statics[k->static_idx].dialing = NULL;
@@ -316,24 +379,93 @@ void cl__on_closed(struct cluster *c, cl_conn *k)
     update_membership(c, now);
 }
 
-void cl__on_found(struct cluster *c, const uint8_t id[WIRE_ID_BYTES], const char *addr, int port)
+/* Drops nodes[i] from the table; links and dials that named it forget it. */
+static void node_drop(struct cluster *c, int i)
 {
-    if (!memcmp(id, self_node(c)->id, WIRE_ID_BYTES) || port <= 0 || port > 65535)
-        return;
-    cl_node *n = cl__node_find(c, id);
-    bool fresh = !n;
-    if (!n && !(n = cl__node_add(c, id)))
-        return;
-    cl__node_add_addr(c, n, addr);
-    if (n->cluster_port != port) {
-        pthread_mutex_lock(&c->mu);
-        n->cluster_port = port;
-        pthread_mutex_unlock(&c->mu);
+    cl_node *n = c->nodes[i];
+    for (cl_conn *k = c->conns; k; k = k->next) {
+        if (k->node == n)
+            k->node = NULL;
+        if (k->target == n)
+            k->target = NULL;
     }
-    if (fresh)
-        rc_log(LOG_INFO, "cluster: discovered node %.8s at %s:%d", n->id_hex, addr, port);
-    if (!n->conn && !n->dialing && fresh)
-        n->next_dial_ns = 0;
+    bool member = n->member;          /* only members are in STATE and peers.json */
+    pthread_mutex_lock(&c->mu);
+    c->nodes[i] = c->nodes[--c->n_nodes];
+    c->self_dirty |= member;
+    pthread_mutex_unlock(&c->mu);
+    cl_node_free(n);
+    c->peers_dirty |= member;
+}
+
+/* A stranger can announce as many made-up nodes as it likes: at most
+ * MAX_UNPROVEN of them are kept, the oldest making room.  Returns whether
+ * one had to go (said in the log at most once a minute). */
+static bool unproven_room(struct cluster *c)
+{
+    int n = 0, oldest = -1;
+    for (int i = 1; i < c->n_nodes; i++) {
+        cl_node *x = c->nodes[i];
+        if (x->member || x->conn)
+            continue;
+        n++;
+        if (oldest < 0 || x->down_since_ns < c->nodes[oldest]->down_since_ns)
+            oldest = i;
+    }
+    if (n < MAX_UNPROVEN || oldest < 0)
+        return false;
+    uint64_t now = os_now_ns();
+    if (!c->unproven_warn_ns || cl__since(now, c->unproven_warn_ns) > 60000 * MS) {
+        c->unproven_warn_ns = now;
+        rc_log(LOG_WARN, "cluster: multicast DNS announces more than %d nodes not met yet; "
+               "keeping the %d newest (a flood of made-up nodes?)", MAX_UNPROVEN, MAX_UNPROVEN);
+    }
+    node_drop(c, oldest);
+    return true;
+}
+
+/* The rules of docs/cluster-protocol.md §2 for what an answer may do. */
+int cl__on_found(struct cluster *c, const uint8_t id[WIRE_ID_BYTES], const char *addr, int port,
+                 char *why, size_t why_cap)
+{
+    if (!memcmp(id, self_node(c)->id, WIRE_ID_BYTES)) {
+        snprintf(why, why_cap, "that is this node's own id");
+        return -1;
+    }
+    if (port <= 0 || port > 65535 || !valid_ipv4(addr)) {
+        snprintf(why, why_cap, "not an IPv4 address and port");
+        return -1;
+    }
+    cl_node *n = cl__node_find(c, id);
+    if (n && n->conn) {
+        if (n->cluster_port == port && (!strcmp(n->linked, addr) || has_addr(n, addr)))
+            return 1;
+        snprintf(why, why_cap, "the node is linked (authenticated) at %s port %d, and an answer "
+                 "never moves a linked node", n->linked[0] ? n->linked : "?", n->cluster_port);
+        return -1;
+    }
+    if (n && n->member && n->cluster_port == port && has_addr(n, addr))
+        return 1;
+    if (!n) {
+        bool crowded = unproven_room(c);
+        if (!(n = cl__node_add(c, id))) {
+            snprintf(why, why_cap, "the node table is full");
+            return -1;
+        }
+        rc_log(crowded ? LOG_DEBUG : LOG_INFO, "cluster: discovered node %.8s at %s:%d (multicast "
+               "DNS; unproven until it links)", n->id_hex, addr, port);
+    }
+    /* a member that is down, or a node not met yet: an address to try, on
+     * the side; the node's known addresses and port stay as they are */
+    if (!strcmp(n->hint, addr) && n->hint_port == port)
+        return 1;
+    if (n->hint_dialing)
+        return 1;                    /* one at a time; the answer will come again */
+    snprintf(n->hint, sizeof n->hint, "%s", addr);
+    n->hint_port = port;
+    n->hint_gap_ns = 0;
+    n->hint_next_ns = 0;
+    return 0;
 }
 
 static int json_port(json_t *o, const char *k)
@@ -387,20 +519,27 @@ void cl__on_state(struct cluster *c, cl_conn *k, const uint8_t *data, size_t len
         const char *state = json_string_value(json_object_get(p, "state"));
         int port = json_port(p, "cluster_port");
         if (i >= 256 || !ps || wire_unhex(ps, pid, WIRE_ID_BYTES) || !state ||
-            strcmp(state, "up") || !port || cl__node_find(c, pid))
+            strcmp(state, "up") || !port)
             continue;
+        cl_node *known = cl__node_find(c, pid);
+        if (known && known->member)
+            continue;               /* (one heard of by multicast DNS only is taken in) */
         size_t j;
         json_t *pa;
         json_array_foreach(json_object_get(p, "addresses"), j, pa) {
             if (valid_ipv4(json_string_value(pa))) {
-                cl__on_found(c, pid, json_string_value(pa), port);
                 cl_node *m = cl__node_find(c, pid);
-                if (m) {
-                    cl__node_add_addr(c, m, json_string_value(pa));
-                    pthread_mutex_lock(&c->mu);
-                    m->member = true;     /* vouched for by an authenticated member */
-                    pthread_mutex_unlock(&c->mu);
+                if (!m) {
+                    if (!(m = cl__node_add(c, pid)))
+                        break;
+                    rc_log(LOG_INFO, "cluster: node %.8s vouches for node %.8s at %s:%d", n->id_hex,
+                           m->id_hex, json_string_value(pa), port);
                 }
+                cl__node_add_addr(c, m, json_string_value(pa));
+                pthread_mutex_lock(&c->mu);
+                m->cluster_port = port;
+                m->member = true;     /* vouched for by an authenticated member */
+                pthread_mutex_unlock(&c->mu);
             }
         }
     }
@@ -434,15 +573,34 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
     reap(arg, os_now_ns());
 }
 
+/* Dials the address multicast DNS gave for n, apart from its own dials:
+ * a few such dials a second in all, and each hint less often while it fails. */
+static void dial_hint(struct cluster *c, cl_node *n, uint64_t now)
+{
+    if (!n->hint[0] || n->conn || n->hint_dialing || now < n->hint_next_ns ||
+        !mdns_bucket_take(&c->hint_dials, now, HINT_DIALS_S, HINT_DIALS_MAX))
+        return;
+    cl_conn *k = cl__conn_dial(c, n->hint, n->hint_port, false);
+    if (k) {
+        k->target = n;
+        n->hint_dialing = k;
+    }
+    n->hint_gap_ns = n->hint_gap_ns ? 2 * n->hint_gap_ns : 1000 * MS;
+    if (n->hint_gap_ns > 60000 * MS)
+        n->hint_gap_ns = 60000 * MS;
+    n->hint_next_ns = now + n->hint_gap_ns;
+}
+
 static void dial_nodes(struct cluster *c, uint64_t now)
 {
     if (c->self_removed)
         return;
     for (int i = 1; i < c->n_nodes; i++) {
         cl_node *n = c->nodes[i];
-        if (n->conn || n->dialing || !n->addrs.n_addrs || !n->cluster_port || now < n->next_dial_ns)
+        dial_hint(c, n, now);
+        if (n->conn || n->dialing || !n_dial_addrs(n) || !n->cluster_port || now < n->next_dial_ns)
             continue;
-        const char *a = n->addrs.addrs[n->dial_idx++ % n->addrs.n_addrs];
+        const char *a = dial_addr(n, n->dial_idx++ % n_dial_addrs(n));
         cl_conn *k = cl__conn_dial(c, a, n->cluster_port, n->dial_old_key && c->rot.has_old);
         if (k) {
             k->target = n;
@@ -472,22 +630,12 @@ static void forget_nodes(struct cluster *c, uint64_t now)
     for (int i = 1; i < c->n_nodes; i++) {
         cl_node *n = c->nodes[i];
         uint64_t limit = n->member ? (uint64_t)c->cfg.forget_after_ms * MS : 60000 * MS;
-        if (n->up || n->conn || n->dialing || cl__since(now, n->down_since_ns) < limit)
+        if (n->up || n->conn || n->dialing || n->hint_dialing ||
+            cl__since(now, n->down_since_ns) < limit)
             continue;
-        for (cl_conn *k = c->conns; k; k = k->next) {
-            if (k->node == n)
-                k->node = NULL;
-            if (k->target == n)
-                k->target = NULL;
-        }
         rc_log(n->member ? LOG_INFO : LOG_DEBUG, "cluster: forgetting node %.8s (%s), down for %d s",
-               n->id_hex, n->name, (int)(limit / (1000 * MS)));
-        pthread_mutex_lock(&c->mu);
-        c->nodes[i] = c->nodes[--c->n_nodes];
-        c->self_dirty = true;
-        pthread_mutex_unlock(&c->mu);
-        cl_node_free(n);
-        c->peers_dirty = true;
+               n->id_hex, log_clean(n->name), (int)(limit / (1000 * MS)));
+        node_drop(c, i);
         i--;
     }
 }

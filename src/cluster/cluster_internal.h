@@ -20,6 +20,7 @@
 #define RC_CLUSTER_INTERNAL_H
 
 #include "cluster/cluster.h"
+#include "cluster/mdns_guard.h"
 #include "cluster/wire.h"
 
 #include <netinet/in.h>
@@ -58,6 +59,16 @@ typedef struct cl_node {
     struct cl_conn *dialing;                  /* a dial in progress */
     uint64_t next_dial_ns;
     int dial_idx;                             /* next address to try */
+    char linked[CL_ADDR_LEN];                 /* the address of its last authenticated
+                                                 link, dialled first ("" none) */
+    /* An address only multicast DNS gave (anyone on the LAN may have sent
+     * it): tried on its own, paced and backed off on its own, so that it
+     * never replaces, delays or blocks the addresses above; kept once a
+     * link to it proves this node's id. */
+    char hint[CL_ADDR_LEN];
+    int hint_port;
+    struct cl_conn *hint_dialing;
+    uint64_t hint_next_ns, hint_gap_ns;
     double rtt_ms, bw_mbps;                   /* our measure of the link to it (0: none) */
     bool dial_old_key;                        /* the next dial uses the key before a rotation */
 } cl_node;
@@ -161,6 +172,8 @@ struct cluster {
     char fp[WIRE_FP_HEX + 1];
     int major, minor;
     uint64_t t_start_ns;
+    mdns_bucket hint_dials;                   /* dials to mDNS hints, all nodes together */
+    uint64_t unproven_warn_ns;                /* last said that unproven nodes overflow */
 
     pthread_mutex_t mu;
     bool mu_init;
@@ -220,7 +233,12 @@ void cl__on_established(struct cluster *c, cl_conn *k);
 void cl__on_state(struct cluster *c, cl_conn *k, const uint8_t *data, size_t len);
 void cl__on_closed(struct cluster *c, cl_conn *k);
 void cl__on_channel(struct cluster *c, cl_conn *k, const wire_msg *m);
-void cl__on_found(struct cluster *c, const uint8_t id[WIRE_ID_BYTES], const char *addr, int port);
+/* Multicast DNS says node `id` is at addr:port.  Returns 0 when taken (a
+ * new unproven node, or an address to try for a node not linked now), 1
+ * when there was nothing new, -1 when refused, with the reason in why
+ * (which holds no text from the answer). */
+int  cl__on_found(struct cluster *c, const uint8_t id[WIRE_ID_BYTES], const char *addr, int port,
+                  char *why, size_t why_cap);
 json_t *cl__self_state(struct cluster *c);
 void cl__schedule_reap(struct cluster *c);
 void cl__wake(struct cluster *c);        /* any thread: run revoke/rotate work now */

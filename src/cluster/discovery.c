@@ -17,10 +17,23 @@
  * capped at 60 s), and every response heard (queries of others included)
  * feeds a small cache; an instance whose SRV, TXT and A are known and whose
  * fingerprint is this cluster's is handed to the cluster (cl__on_found),
- * which dials it.  Missing records are asked for.
+ * which may dial it.  Missing records are asked for.
+ *
+ * Anyone on the LAN can send mDNS, so nothing heard here is proof of
+ * anything (docs/cluster-protocol.md §2): packets from off the link (IP
+ * TTL below 255 on a response, a sender outside the receiving interface's
+ * subnet) are dropped before parsing; answers naming addresses nobody can
+ * be dialled at are dropped; an instance reaches the cluster at most once a
+ * second and only when it changed, and the cluster decides what an answer
+ * may do (never move a node it has authenticated).  This responder
+ * multicasts a record on an interface at most once a second (RFC 6762 §6),
+ * answers a query on the interface it came in on, and sends unicast only
+ * to senders on the link.  What is refused is logged, at most a line every
+ * few seconds.
  */
 #include "cluster/cluster_internal.h"
 #include "cluster/mdns.h"
+#include "cluster/mdns_guard.h"
 
 #include "base/err.h"
 #include "base/log.h"
@@ -29,7 +42,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -44,6 +60,8 @@
 #define TTL_OTHER    4500                /* other records */
 #define N_CACHE      32
 #define NS           1000000000ull
+#define N_REC        5                   /* the record kinds of put_records */
+#define REFUSE_LOG_NS (5 * NS)           /* at most a line of refusals this often */
 
 typedef struct {
     char name[MDNS_NAME_MAX];            /* full instance name; "" = free */
@@ -52,12 +70,17 @@ typedef struct {
     bool have_srv, have_txt;
     char id[2 * WIRE_ID_BYTES + 1], fp[WIRE_FP_HEX + 1], proto[16];
     uint64_t expires_ns, asked_ns;
+    uint64_t created_ns;                 /* the oldest entry makes room */
+    char from[INET_ADDRSTRLEN];          /* who sent its SRV/TXT last */
+    uint64_t handed_ns;                  /* last given to the cluster */
+    bool dirty;                          /* changed since */
 } inst_entry;
 
 typedef struct {
     char name[MDNS_NAME_MAX];
     uint8_t addr[4];
     uint64_t expires_ns;
+    char from[INET_ADDRSTRLEN];          /* who said so */
 } host_entry;
 
 struct discovery {
@@ -65,9 +88,20 @@ struct discovery {
     int fd;
     struct event *ev;
     addr_list ifaddrs;                   /* where we send and what we answer with */
+    mdns_iface ifs[MDNS_GUARD_IFACES];   /* the links we accept packets from */
+    int n_ifs;
+    uint64_t ifs_ns;                     /* when ifs was read */
+    uint64_t sent_ns[CL_MAX_ADDRS][N_REC];   /* last multicast of each record, per interface */
+    mdns_rate legacy;                    /* unicast answers, per sender */
+    mdns_bucket asks, hands;             /* follow-up queries; instances handed over */
+    struct {                             /* refusals not yet logged, per kind (RF_*) */
+        int n;
+        char last[320];
+        uint64_t next_ns;
+    } refused[3];
     char instance[MDNS_NAME_MAX], host[MDNS_NAME_MAX];
     char txt[4][96];
-    uint64_t next_announce_ns, last_sent_ns;
+    uint64_t next_announce_ns;
     int n_announced;
     uint64_t next_query_ns, query_gap_ns;
     mdns_packet *pkt;
@@ -76,6 +110,86 @@ struct discovery {
     uint8_t buf[MDNS_PKT_MAX];           /* received packet */
     uint8_t sbuf[MDNS_PKT_MAX];          /* packet being sent */
 };
+
+/* ---- the links, and what was refused ---- */
+
+/* The IPv4 addresses and netmasks of the interfaces that are up, for the
+ * on-link rules; read again every few seconds (DHCP, a cable). */
+static void read_ifaces(discovery *d, uint64_t now)
+{
+    struct ifaddrs *ifa = NULL;
+    d->ifs_ns = now;
+    if (getifaddrs(&ifa) != 0)
+        return;
+    int n = 0;
+    for (struct ifaddrs *i = ifa; i && n < MDNS_GUARD_IFACES; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !i->ifa_netmask ||
+            !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+            continue;
+        d->ifs[n].index = (int)if_nametoindex(i->ifa_name);
+        d->ifs[n].addr = ntohl(((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr);
+        d->ifs[n].mask = ntohl(((const struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr);
+        n++;
+    }
+    d->n_ifs = n;
+    freeifaddrs(ifa);
+}
+
+/* kinds of refusal, each logged on its own */
+enum { RF_SOURCE, RF_ADDR, RF_CLUSTER };
+
+static void refusal_flush(discovery *d, uint64_t now)
+{
+    for (int k = 0; k < 3; k++) {
+        if (!d->refused[k].n || now < d->refused[k].next_ns)
+            continue;
+        rc_log(LOG_WARN, "cluster: mDNS: refused %d more answer%s in the last %d s; the last: %s",
+               d->refused[k].n, d->refused[k].n == 1 ? "" : "s", (int)(REFUSE_LOG_NS / NS),
+               d->refused[k].last);
+        d->refused[k].n = 0;
+        d->refused[k].next_ns = now + REFUSE_LOG_NS;
+    }
+}
+
+/* Something heard was refused: logged now unless a line of its kind went
+ * out in the last few seconds, else counted for the next (a flood makes
+ * few lines).  Peer text in the message must have gone through log_clean. */
+static void refuse(discovery *d, int kind, uint64_t now, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static void refuse(discovery *d, int kind, uint64_t now, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->refused[kind].last, sizeof d->refused[kind].last, fmt, ap);
+    va_end(ap);
+    d->refused[kind].n++;
+    if (d->refused[kind].n == 1 && now >= d->refused[kind].next_ns) {
+        rc_log(LOG_WARN, "cluster: mDNS: %s", d->refused[kind].last);
+        d->refused[kind].n = 0;
+        d->refused[kind].next_ns = now + REFUSE_LOG_NS;
+    }
+}
+
+/* The index in ifaddrs of the address a packet from src on ifindex came to
+ * (its subnet holds src), or -1 when none of ours matches. */
+static int ifaddr_of(discovery *d, int ifindex, uint32_t src)
+{
+    for (int i = 0; i < d->n_ifs; i++) {
+        const mdns_iface *f = &d->ifs[i];
+        if ((ifindex && f->index != ifindex) || ((src ^ f->addr) & f->mask))
+            continue;
+        char a[INET_ADDRSTRLEN];
+        struct in_addr ia = { .s_addr = htonl(f->addr) };
+        inet_ntop(AF_INET, &ia, a, sizeof a);
+        for (int j = 0; j < d->ifaddrs.n_addrs; j++)
+            if (!strcmp(d->ifaddrs.addrs[j], a))
+                return j;
+    }
+    return -1;
+}
 
 /* ---- sending ---- */
 
@@ -125,24 +239,36 @@ static void put_records(discovery *d, mdns_writer *w, int answers, const uint8_t
     }
 }
 
-/* Multicasts a response with `answers` on every interface, each with its
- * own address in the A record. */
-static void multicast_response(discovery *d, int answers, bool goodbye)
+/* Multicasts a response with `answers` on interface `only` (an index in
+ * ifaddrs) or, when -1, on every interface, each with its own address in
+ * the A record.  A record multicast on an interface in the last second is
+ * left out there (RFC 6762 §6), except in a goodbye. */
+static void multicast_response(discovery *d, int answers, bool goodbye, int only)
 {
     struct sockaddr_in g = group_addr();
+    uint64_t now = os_now_ns();
     for (int i = 0; i < d->ifaddrs.n_addrs; i++) {
         struct in_addr ia;
-        if (inet_pton(AF_INET, d->ifaddrs.addrs[i], &ia) != 1)
+        if ((only >= 0 && i != only) || inet_pton(AF_INET, d->ifaddrs.addrs[i], &ia) != 1)
+            continue;
+        int send = answers;
+        for (int r = 0; r < N_REC && !goodbye; r++)
+            if ((send & 1 << r) && d->sent_ns[i][r] && now - d->sent_ns[i][r] < NS)
+                send &= ~(1 << r);
+        if (!send)
             continue;
         setsockopt(d->fd, IPPROTO_IP, IP_MULTICAST_IF, &ia, sizeof ia);
         mdns_writer w;
         mdns_w_init(&w, d->sbuf, sizeof d->sbuf, 0, 0x8400);
-        put_records(d, &w, answers, (const uint8_t *)&ia.s_addr, goodbye, false);
+        put_records(d, &w, send, (const uint8_t *)&ia.s_addr, goodbye, false);
         long n = mdns_w_finish(&w);
-        if (n > 0)
+        if (n > 0) {
             send_to(d, d->sbuf, (size_t)n, &g);
+            for (int r = 0; r < N_REC; r++)
+                if (send & 1 << r)
+                    d->sent_ns[i][r] = now;
+        }
     }
-    d->last_sent_ns = os_now_ns();
 }
 
 static void multicast_query(discovery *d, const char *name, uint16_t type, const char *name2,
@@ -173,9 +299,13 @@ static bool ends_with_service(const char *name)
     return n > s + 1 && name[n - s - 1] == '.' && mdns_name_eq(name + n - s, SERVICE);
 }
 
+/* The cache entry of an instance; when the cache is full a new one takes
+ * the place of the oldest, so a flood of made-up instances cannot keep a
+ * real one out (the records of an announcement arrive in one packet and
+ * are handed over before the next packet is read). */
 static inst_entry *inst_get(discovery *d, const char *name, uint64_t now, bool create)
 {
-    inst_entry *free_e = NULL;
+    inst_entry *free_e = NULL, *oldest = &d->inst[0];
     for (int i = 0; i < N_CACHE; i++) {
         inst_entry *e = &d->inst[i];
         if (e->name[0] && e->expires_ns < now)
@@ -184,13 +314,17 @@ static inst_entry *inst_get(discovery *d, const char *name, uint64_t now, bool c
             return e;
         if (!e->name[0] && !free_e)
             free_e = e;
+        if (e->created_ns < oldest->created_ns)
+            oldest = e;
     }
-    if (!create || !free_e)
+    if (!create)
         return NULL;
-    memset(free_e, 0, sizeof *free_e);
-    snprintf(free_e->name, sizeof free_e->name, "%s", name);
-    free_e->expires_ns = now + 120 * NS;
-    return free_e;
+    inst_entry *e = free_e ? free_e : oldest;
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->expires_ns = now + 120 * NS;
+    e->created_ns = now;
+    return e;
 }
 
 static host_entry *host_get(discovery *d, const char *name, uint64_t now, bool create)
@@ -215,7 +349,51 @@ static host_entry *host_get(discovery *d, const char *name, uint64_t now, bool c
     return e;
 }
 
-static void learn(discovery *d, const mdns_packet *p, uint64_t now)
+/* Gives the cluster the complete instances of this cluster heard since
+ * they were last given, each at most once a second and a few a second in
+ * all, and asks for the records still missing (a few queries a second in
+ * all: made-up instances must not make this node a multicast amplifier). */
+static void hand_over(discovery *d, uint64_t now)
+{
+    for (int i = 0; i < N_CACHE; i++) {
+        inst_entry *e = &d->inst[i];
+        if (!e->name[0] || mdns_name_eq(e->name, d->instance))
+            continue;
+        host_entry *h = e->have_srv ? host_get(d, e->host, now, false) : NULL;
+        if (!e->have_srv || !e->have_txt || !h) {
+            if (now - e->asked_ns > NS && mdns_bucket_take(&d->asks, now, 4, 8)) {
+                e->asked_ns = now;
+                if (!e->have_srv || !e->have_txt)
+                    multicast_query(d, e->name, MDNS_SRV, e->name, MDNS_TXT);
+                else
+                    multicast_query(d, e->host, MDNS_A, NULL, 0);
+            }
+            continue;
+        }
+        if (!e->dirty || now - e->handed_ns < NS)
+            continue;
+        uint8_t id[WIRE_ID_BYTES];
+        if (strcmp(e->fp, d->c->fp) || wire_unhex(e->id, id, WIRE_ID_BYTES) || e->port <= 0 ||
+            e->port > 65535) {
+            e->dirty = false;          /* another cluster's node, or not a node at all */
+            continue;
+        }
+        if (!mdns_bucket_take(&d->hands, now, 8, 16))
+            return;                    /* the rest on a later tick */
+        e->dirty = false;
+        e->handed_ns = now;
+        char addr[INET_ADDRSTRLEN], why[160];
+        inet_ntop(AF_INET, h->addr, addr, sizeof addr);
+        if (cl__on_found(d->c, id, addr, e->port, why, sizeof why) < 0)
+            refuse(d, RF_CLUSTER, now, "ignored the answers from %s (SRV, TXT) and %s (A) that put "
+                   "node %.8s ('%s') at %s:%d: %s", e->from, h->from, e->id, log_clean(e->name),
+                   addr, e->port, why);
+    }
+}
+
+/* Takes in the records of a response from src (already found on the link
+ * of interface ifindex). */
+static void learn(discovery *d, const mdns_packet *p, int ifindex, const char *src, uint64_t now)
 {
     for (int i = 0; i < p->n_rrs; i++) {
         const mdns_rr *r = &p->rrs[i];
@@ -230,8 +408,10 @@ static void learn(discovery *d, const mdns_packet *p, uint64_t now)
             inst_entry *e = inst_get(d, r->name, now, r->ttl > 0);
             if (e) {
                 snprintf(e->host, sizeof e->host, "%s", r->target);
+                snprintf(e->from, sizeof e->from, "%s", src);
                 e->port = r->port;
                 e->have_srv = r->ttl > 0;
+                e->dirty = true;
             }
         } else if (r->type == MDNS_TXT && ends_with_service(r->name)) {
             inst_entry *e = inst_get(d, r->name, now, r->ttl > 0);
@@ -241,44 +421,40 @@ static void learn(discovery *d, const mdns_packet *p, uint64_t now)
                     mdns_txt_get(r->rdata, r->n_rdata, "fp", e->fp, sizeof e->fp);
                 if (!mdns_txt_get(r->rdata, r->n_rdata, "proto", e->proto, sizeof e->proto))
                     e->proto[0] = 0;
+                snprintf(e->from, sizeof e->from, "%s", src);
+                e->dirty = true;
             }
         } else if (r->type == MDNS_A) {
+            uint32_t a = (uint32_t)r->addr[0] << 24 | (uint32_t)r->addr[1] << 16 |
+                         (uint32_t)r->addr[2] << 8 | r->addr[3];
+            int v = r->ttl > 0 ? mdns_guard_addr(d->ifs, d->n_ifs, ifindex, a) : MDNS_OK;
+            if (v) {
+                char at[INET_ADDRSTRLEN];
+                inet_ntop(AF_INET, r->addr, at, sizeof at);
+                refuse(d, RF_ADDR, now, "ignored the A record from %s that puts %s at %s: %s", src,
+                       log_clean(r->name), at, mdns_guard_why(v));
+                continue;
+            }
             host_entry *e = host_get(d, r->name, now, r->ttl > 0);
             if (e && r->ttl == 0) {
                 e->name[0] = 0;
             } else if (e) {
                 memcpy(e->addr, r->addr, 4);
                 e->expires_ns = exp;
+                snprintf(e->from, sizeof e->from, "%s", src);
+                for (int j = 0; j < N_CACHE; j++)
+                    if (d->inst[j].name[0] && mdns_name_eq(d->inst[j].host, r->name))
+                        d->inst[j].dirty = true;
             }
         }
     }
-    /* hand complete instances of this cluster to the cluster */
-    for (int i = 0; i < N_CACHE; i++) {
-        inst_entry *e = &d->inst[i];
-        if (!e->name[0] || mdns_name_eq(e->name, d->instance))
-            continue;
-        host_entry *h = e->have_srv ? host_get(d, e->host, now, false) : NULL;
-        if (!e->have_srv || !e->have_txt || !h) {
-            if (now - e->asked_ns > NS) {     /* ask for what is missing, once a second */
-                e->asked_ns = now;
-                if (!e->have_srv || !e->have_txt)
-                    multicast_query(d, e->name, MDNS_SRV, e->name, MDNS_TXT);
-                else
-                    multicast_query(d, e->host, MDNS_A, NULL, 0);
-            }
-            continue;
-        }
-        uint8_t id[WIRE_ID_BYTES];
-        if (strcmp(e->fp, d->c->fp) || wire_unhex(e->id, id, WIRE_ID_BYTES) || e->port <= 0)
-            continue;
-        char addr[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, h->addr, addr, sizeof addr);
-        cl__on_found(d->c, id, addr, e->port);
-    }
+    hand_over(d, now);
 }
 
-/* Answers the questions of a query that concern us. */
-static void answer(discovery *d, const mdns_packet *p, const struct sockaddr_in *from, uint64_t now)
+/* Answers the questions of a query from `from` (on the link of ifindex)
+ * that concern us. */
+static void answer(discovery *d, const mdns_packet *p, const struct sockaddr_in *from, int ifindex,
+                   uint64_t now)
 {
     int want = 0;
     bool unicast_asked = false;
@@ -311,10 +487,16 @@ static void answer(discovery *d, const mdns_packet *p, const struct sockaddr_in 
     }
     if (!want)
         return;
+    int at = ifaddr_of(d, ifindex, ntohl(from->sin_addr.s_addr));
     bool legacy = ntohs(from->sin_port) != MDNS_PORT;
     if (legacy) {                         /* RFC 6762 §6.7: a plain DNS resolver asking */
+        /* the sender passed the on-link rule; once a second per sender and name */
+        char key[INET_ADDRSTRLEN + MDNS_NAME_MAX + 2];
         struct in_addr ia;
-        if (!d->ifaddrs.n_addrs || inet_pton(AF_INET, d->ifaddrs.addrs[0], &ia) != 1)
+        inet_ntop(AF_INET, &from->sin_addr, key, INET_ADDRSTRLEN);
+        snprintf(key + strlen(key), sizeof key - strlen(key), " %s", p->n_qs ? p->qs[0].name : "");
+        if (!mdns_rate_allow(&d->legacy, key, now, NS) ||
+            inet_pton(AF_INET, d->ifaddrs.addrs[at >= 0 ? at : 0], &ia) != 1)
             return;
         mdns_writer w;
         mdns_w_init(&w, d->sbuf, sizeof d->sbuf, p->id, 0x8400);
@@ -327,9 +509,7 @@ static void answer(discovery *d, const mdns_packet *p, const struct sockaddr_in 
         return;
     }
     (void)unicast_asked;                  /* we always answer by multicast: every node hears */
-    if (now - d->last_sent_ns < NS / 4 && !(want & ~(R_PTR | R_ENUM)))
-        return;                           /* just multicast these; the asker heard them */
-    multicast_response(d, want, false);
+    multicast_response(d, want, false, at);
 }
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
@@ -337,23 +517,37 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     discovery *d = arg;
     for (int k = 0; k < 64; k++) {
         struct sockaddr_in from;
-        socklen_t fl = sizeof from;
-        ssize_t n = recvfrom(fd, d->buf, sizeof d->buf, 0, (struct sockaddr *)&from, &fl);
+        os_udp_meta meta;
+        long n = os_udp_recv(fd, d->buf, sizeof d->buf, &from, &meta);
         if (n < 0)
             return;
-        if (fl < sizeof from || from.sin_family != AF_INET)
+        uint64_t now = os_now_ns();
+        uint32_t src = ntohl(from.sin_addr.s_addr);
+        bool response = n > 2 && (d->buf[2] & 0x80);
+        int v = mdns_guard_source(d->ifs, d->n_ifs, meta.ifindex, src, meta.ttl, response);
+        if (v == MDNS_OFF_LINK && now - d->ifs_ns > NS) {
+            read_ifaces(d, now);          /* an address that came since the last look? */
+            v = mdns_guard_source(d->ifs, d->n_ifs, meta.ifindex, src, meta.ttl, response);
+        }
+        char a[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &from.sin_addr, a, sizeof a);
+        if (v) {
+            if (response)
+                refuse(d, RF_SOURCE, now, "ignored a response from %s (IP TTL %d): %s", a, meta.ttl,
+                       mdns_guard_why(v));
+            else
+                rc_log(LOG_DEBUG, "cluster: mDNS: ignored a query from %s: %s", a,
+                       mdns_guard_why(v));
             continue;
+        }
         if (mdns_parse(d->buf, (size_t)n, d->pkt) != 0) {
-            char a[INET_ADDRSTRLEN];
-            inet_ntop(AF_INET, &from.sin_addr, a, sizeof a);
             rc_log(LOG_DEBUG, "cluster: ignoring an mDNS packet from %s: %s", a, rc_errmsg());
             continue;
         }
-        uint64_t now = os_now_ns();
         if (d->pkt->response)
-            learn(d, d->pkt, now);
+            learn(d, d->pkt, meta.ifindex, a, now);
         else
-            answer(d, d->pkt, &from, now);
+            answer(d, d->pkt, &from, meta.ifindex, now);
     }
 }
 
@@ -361,8 +555,12 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 
 void discovery_tick(discovery *d, uint64_t now)
 {
+    if (now - d->ifs_ns > 10 * NS)
+        read_ifaces(d, now);
+    refusal_flush(d, now);
+    hand_over(d, now);
     if (d->n_announced < 2 && now >= d->next_announce_ns) {
-        multicast_response(d, R_PTR | R_SRV | R_TXT | R_A, false);
+        multicast_response(d, R_PTR | R_SRV | R_TXT | R_A, false, -1);
         d->n_announced++;
         d->next_announce_ns = now + NS;
     }
@@ -378,7 +576,7 @@ void discovery_goodbye(discovery *d)
     if (!d)
         return;
     event_del(d->ev);               /* hear no more: the node is leaving */
-    multicast_response(d, R_PTR | R_SRV | R_TXT | R_A, true);
+    multicast_response(d, R_PTR | R_SRV | R_TXT | R_A, true, -1);
 }
 
 int discovery_new(struct cluster *c, discovery **out)
@@ -419,6 +617,13 @@ int discovery_new(struct cluster *c, discovery **out)
         goto fail;
     }
     setsockopt(d->fd, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl);
+    int uttl = 255;                       /* RFC 6762 §11: unicast answers too */
+    setsockopt(d->fd, IPPROTO_IP, IP_TTL, &uttl, sizeof uttl);
+    /* the TTL and arrival interface of what comes in, for the on-link rules */
+    if (os_udp_want_meta(d->fd))
+        rc_log(LOG_WARN, "cluster: mDNS: the system does not say the TTL or interface of "
+               "packets (%s); only the sender's subnet is checked", strerror(errno));
+    read_ifaces(d, os_now_ns());
     setsockopt(d->fd, IPPROTO_IP, IP_MULTICAST_LOOP, &loop, sizeof loop);
     int joined = 0;
     for (int i = 0; i < d->ifaddrs.n_addrs; i++) {

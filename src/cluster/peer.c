@@ -255,16 +255,11 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
     case WIRE_KEY_RETIRE:
         cl__on_rotate(c, k, m->type, m->data, m->len);
         break;
-    case WIRE_BYE: {
-        char why[128];
-        size_t n = m->len < sizeof why - 1 ? m->len : sizeof why - 1;
-        for (size_t i = 0; i < n; i++)
-            why[i] = m->data[i] >= 0x20 && m->data[i] < 0x7f ? (char)m->data[i] : '?';
-        why[n] = 0;
-        rc_log(LOG_INFO, "cluster: node %s (%s) closed the link: %s", short_id(k), k->peer_addr, why);
+    case WIRE_BYE:
+        rc_log(LOG_INFO, "cluster: node %s (%s) closed the link: %s", short_id(k), k->peer_addr,
+               log_clean_n(m->data, m->len));
         cl__conn_close(k, NULL);
         break;
-    }
     default:
         if (m->type >= 0x40 && m->type < 0x80 && k->node)
             cl__dispatch(c, k->node->id_hex, m->type, m->data, m->len);

@@ -66,7 +66,7 @@ static void pull_progress(void *ud, uint64_t done, uint64_t total, double bytes_
     si->last_progress_ns = now;
     double left = bytes_per_s > 0 ? (double)(total - done) / bytes_per_s : 0;
     rc_log(LOG_INFO, "pipeline: pulling %s layers %d-%d: %.0f%% of %.1f MB, %.1f MB/s, %.0f s left",
-           si->model_name, si->first, si->last - 1, total ? 100.0 * (double)done / (double)total : 100.0,
+           log_clean(si->model_name), si->first, si->last - 1, total ? 100.0 * (double)done / (double)total : 100.0,
            (double)total / 1e6, bytes_per_s / 1e6, left);
 }
 
@@ -441,7 +441,7 @@ static void *stage_thread(void *arg)
         char why[256];
         snprintf(why, sizeof why, "%s", rc_errmsg());
         rc_log(LOG_ERROR, "pipeline: stage %d of %s (layers %d-%d) failed to load: %s",
-               si->index, si->model_name, si->first, si->last - 1, why);
+               si->index, log_clean(si->model_name), si->first, si->last - 1, why);
         stage_send_ready(si, false, why);
         stage_inst_release(si);
     } else {
@@ -491,13 +491,13 @@ static void *stage_thread(void *arg)
     if (si->n_ranks > 1)
         rc_log(LOG_INFO, "pipeline: shard %d of %d of %s stopped after %llu batches and %llu "
                "parts; %.1f s on batches, %.1f s of it in forward passes, of which %.1f s "
-               "waiting for the other shards' parts", si->rank, si->n_ranks, si->model_name,
+               "waiting for the other shards' parts", si->rank, si->n_ranks, log_clean(si->model_name),
                (unsigned long long)si->batches, (unsigned long long)si->n_parts,
                (double)si->run_ns * 1e-9, (double)si->forward_ns * 1e-9,
                (double)si->wait_ns * 1e-9);
     else
         rc_log(LOG_INFO, "pipeline: stage %d of %s stopped after %llu batches; %.1f s on "
-               "batches, %.1f s of it in forward passes", si->index, si->model_name,
+               "batches, %.1f s of it in forward passes", si->index, log_clean(si->model_name),
                (unsigned long long)si->batches, (double)si->run_ns * 1e-9,
                (double)si->forward_ns * 1e-9);
     return NULL;
@@ -682,10 +682,10 @@ void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len
     }
     if (si->n_ranks > 1)
         rc_log(LOG_INFO, "pipeline: node %.8s asks for shard %d of %d of %s (every layer)", from,
-               si->rank, si->n_ranks, si->model_name);
+               si->rank, si->n_ranks, log_clean(si->model_name));
     else
         rc_log(LOG_INFO, "pipeline: node %.8s asks for stage %d of %s (layers %d-%d)", from,
-               si->index, si->model_name, si->first, si->last - 1);
+               si->index, log_clean(si->model_name), si->first, si->last - 1);
     if (pthread_create(&si->thread, NULL, stage_thread, si)) {
         pthread_mutex_unlock(&p->mu);
         pthread_cond_destroy(&si->cv);

@@ -180,7 +180,7 @@ static void on_down(void *ud, const char *node)
     for (stage_inst *si = p->stages; si; si = si->next)
         if (!strcmp(si->head, node) && !si->stop) {
             rc_log(LOG_WARN, "pipeline: the head %.8s of stage %d of %s is down; stopping it",
-                   node, si->index, si->model_name);
+                   node, si->index, log_clean(si->model_name));
             si->stop = true;
             pthread_cond_signal(&si->cv);
         }

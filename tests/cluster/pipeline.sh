@@ -111,7 +111,7 @@ else bad "the reference node answers: ${REF[0]}"; fi
 # ---- 2, 3 and 4 stages: same greedy text as one node ----
 start_node 1 --pipeline-wire f32 || { bad "node 1 starts"; echo "$passed passed, $failed failed"; exit 1; }
 TOKEN=$("$BIN" token --state-dir "$T/n1")
-for i in 2 3 4; do start_node "$i" --join "$TOKEN" --peer 10.77.0.1; done
+for i in 2 3 4; do RACIMO_JOIN_TOKEN=$TOKEN start_node "$i" --peer 10.77.0.1; done
 wait_for 20 n_up 1 4 || bad "four nodes up"
 for stages in 2 3 4; do
   stop_node 1
@@ -259,7 +259,7 @@ if ip netns exec "$P-n1" "$BIN" nodes --host 10.77.0.1 | grep -qE "^$MODEL +1 +0
 else bad "racimo nodes: $(ip netns exec "$P-n1" "$BIN" nodes --host 10.77.0.1 | tail -5)"; fi
 # the killed node comes back (so that the cluster keeps its majority of
 # members through the next faults: a minority places nothing)
-start_node "$victim" --join "$TOKEN" --peer 10.77.0.1
+RACIMO_JOIN_TOKEN=$TOKEN start_node "$victim" --peer 10.77.0.1
 wait_for 20 n_up 1 4 || bad "the killed node rejoins"
 # a cut link (the node lives on, unreachable), then the link back: the
 # node rejoins by itself, once
@@ -283,7 +283,7 @@ done; done
 fault_streams tp FTP
 # back as before: the shard node killed returns, node 1 splits by layers
 tpvictim=$(cat "$T/victim")
-start_node "$tpvictim" --join "$TOKEN" --peer 10.77.0.1
+RACIMO_JOIN_TOKEN=$TOKEN start_node "$tpvictim" --peer 10.77.0.1
 stop_node 1
 start_node 1 --pipeline-wire f32 --min-nodes 4
 wait_for 20 n_up 1 4
@@ -298,7 +298,7 @@ wait_for 20 n_up 1 3
 asker=
 for i in 2 3 4; do [ "$i" != "$victim" ] && [ -z "$asker" ] && asker=$i; done
 stop_node "$asker"
-start_node "$asker" --join "$TOKEN" --peer 10.77.0.1 --min-nodes 3
+RACIMO_JOIN_TOKEN=$TOKEN start_node "$asker" --peer 10.77.0.1 --min-nodes 3
 wait_for 20 n_up 1 3
 complete 10.77.0.1 "$P-n1" "${PROMPTS[0]}" 4 >/dev/null
 wait_for 10 sh -c "ip netns exec $P-n$asker curl -s --max-time 2 http://10.77.0.$asker:8080/v1/cluster | jq -e '.nodes[] | select(.serving | index(\"$MODEL\"))' >/dev/null"
@@ -376,9 +376,9 @@ else
     DSREF[$m]=$(MODEL=$m complete 10.77.0.9 "$P-n9" "${PROMPTS[2]}" 24)
   done
   start_node 1 --pipeline-wire f32
-  start_node 2 --join "$TOKEN" --peer 10.77.0.1 --max-memory 6M
-  start_node 3 --join "$TOKEN" --peer 10.77.0.1 --max-memory 12M
-  start_node 4 --join "$TOKEN" --peer 10.77.0.1 --max-memory 64M
+  RACIMO_JOIN_TOKEN=$TOKEN start_node 2 --peer 10.77.0.1 --max-memory 6M
+  RACIMO_JOIN_TOKEN=$TOKEN start_node 3 --peer 10.77.0.1 --max-memory 12M
+  RACIMO_JOIN_TOKEN=$TOKEN start_node 4 --peer 10.77.0.1 --max-memory 64M
   wait_for 20 n_up 1 4 || bad "four nodes up again"
   for cfg in "layers 2" "layers 3" "tensor 2" "tensor 3" "tensor 4"; do
     set -- $cfg
@@ -436,7 +436,7 @@ export MALLOC_ARENA_MAX=2
 # thread stacks of 1 MiB (glibc takes RLIMIT_STACK): the limit is for the model
 PRE="prlimit --as=$limit --stack=1048576" start_node 1 --max-memory "$offer" --parallel 2 --ctx-size 256
 TOKEN=$("$BIN" token --state-dir "$T/n1")
-PRE="prlimit --as=$limit --stack=1048576" start_node 2 --join "$TOKEN" --peer 10.77.0.1 --max-memory "$offer" \
+PRE="prlimit --as=$limit --stack=1048576" RACIMO_JOIN_TOKEN=$TOKEN start_node 2 --peer 10.77.0.1 --max-memory "$offer" \
   --parallel 2 --ctx-size 256
 unset MALLOC_ARENA_MAX
 wait_for 20 n_up 1 2

@@ -8,7 +8,10 @@
 #   one view (nodes, states, leader, links with latency and bandwidth),
 #   publish hardware, models on disk and models served; a node of another
 #   cluster is refused; avahi-browse (its own daemon, in its own namespace)
-#   lists and resolves the nodes; a node killed with SIGKILL is marked down
+#   lists and resolves the nodes; a rogue mDNS responder (no key: a spoofed
+#   address for a live node, hundreds of made-up nodes, answers from TTL 64
+#   and naming loopback/broadcast addresses) changes nothing in any view,
+#   makes no dial storm and is logged; a node killed with SIGKILL is marked down
 #   within the bound and rejoins after a restart; a cut link (ip link set
 #   down) marks the cut node down on both sides, the minority side loses its
 #   quorum, and all heals when the link is restored; a node removed with
@@ -109,18 +112,22 @@ echo "cluster e2e: namespaces $P-*, state in $T"
 ns_bridge
 for i in 1 2 3 4 5; do ns_host "n$i" "$i"; mkdir -p "$T/n$i/models"; done
 ns_host obs 9
+ns_host rogue 66
 for i in 1 2 3 4 5; do cp "$T/tiny.gguf" "$T/n$i/models/tiny.gguf"; done
 
 # ---- forming: one node makes the cluster, three join with the token ----
 start_node 1 -m "$T/tiny.gguf" || { bad "node 1 starts"; echo "$passed passed, $failed failed"; exit 1; }
 TOKEN=$("$BIN" token --state-dir "$T/n1")
-if [[ "$TOKEN" == racimo1-* ]] && grep -q -- "--join $TOKEN" "$T/n1.out" && \
+if [[ "$TOKEN" == racimo1-* ]] && grep -q -- "RACIMO_JOIN_TOKEN=$TOKEN racimo serve" "$T/n1.out" && \
    [ "$(stat -c %a "$T/n1/cluster.key")" = 600 ]; then
   ok "the first node makes a key (mode 600) and prints its join token; racimo token prints it"
 else bad "join token"; fi
 # the self-benchmark is cached per machine: the others reuse node 1's
 wait_for 20 test -s "$T/n1/bench.json" && for i in 2 3 4 5; do cp "$T/n1/bench.json" "$T/n$i/"; done
-start_node 2 --join "$TOKEN" -m "$T/tiny.gguf"
+# the token from a file (mode 600), from the environment, and (node 4) on the
+# command line, which still works
+(umask 077; printf '# the cluster token\n%s\n' "$TOKEN" >"$T/token.txt")
+start_node 2 --join-file "$T/token.txt" -m "$T/tiny.gguf"
 RACIMO_JOIN_TOKEN=$TOKEN start_node 3
 start_node 4 --join "$TOKEN"
 t0=$(now_ms)
@@ -171,7 +178,7 @@ stop_node 5
 # ---- a node of this cluster that speaks another protocol version is refused,
 # with a message naming both versions (on both sides), not split off ----
 rm -rf "$T/n5"; mkdir -p "$T/n5/models"; cp "$T/n1/bench.json" "$T/n5/"; cp "$T/tiny.gguf" "$T/n5/models/"
-NODE_BIN=$HOOKS_BIN RACIMO_TEST_PROTOCOL=2.0 start_node 5 --join "$TOKEN"
+NODE_BIN=$HOOKS_BIN RACIMO_TEST_PROTOCOL=2.0 RACIMO_JOIN_TOKEN=$TOKEN start_node 5
 id5=$(id_of 5)
 if wait_for 10 grep -q "speaks racimo cluster protocol 1\.[0-9]*, this node 2.0" "$T/n5.out" && \
    wait_for 5 grep -q "refused .*10.77.0.5.*speaks racimo cluster protocol 2.0, this node 1\.[0-9]*" "$T/n1.out" && \
@@ -218,6 +225,38 @@ else
   skip "avahi-browse (install avahi-utils avahi-daemon dbus: scripts/install-deps.sh)"
 fi
 
+# ---- a rogue mDNS responder (tests/cluster/rogue_mdns.py) on the bridge ----
+# It has no key, only what anyone hears: the fingerprint and the ids.
+ROGUE_S=12
+fp=$(view 1 | jq -r .fingerprint)
+id1=$(id_of 1)
+ip netns exec "$P-rogue" python3 tests/cluster/rogue_mdns.py "$fp" "$id1" 10.77.0.66 "$ROGUE_S" 300 \
+  "$T/rogue.count" >"$T/rogue.log" 2>&1
+dials=$(cat "$T/rogue.count" 2>/dev/null || echo missing)
+addr_kept=1
+for i in 2 3 4; do
+  view "$i" | jq -e --arg id "$id1" '(.nodes | length) == 4 and
+    (.nodes[] | select(.id == $id) | .addresses == ["10.77.0.1"] and .cluster_port == 7719)' \
+    >/dev/null || addr_kept=0
+done
+if [ "$addr_kept" = 1 ] && n_up 1 4 && n_up 2 4 && n_up 3 4 && n_up 4 4 && wait_for 10 same_views 1 2 3 4; then
+  ok "a rogue mDNS responder changes no view: 4 nodes, node 1 still at 10.77.0.1:7719"
+else bad "rogue mDNS: views $(for i in 1 2 3 4; do view $i | jq -c '[.nodes[] | {name, addresses, state}]'; done)"; fi
+# 300 made-up nodes, 150 of them at the rogue's listener: each node dials
+# such addresses at most 4 a second (bursts of 8), whatever the flood
+if [[ "$dials" =~ ^[0-9]+$ ]] && [ "$dials" -le $(( 4 * (8 + 4 * (ROGUE_S + 2)) )) ]; then
+  ok "the flood of made-up nodes makes no dial storm ($dials connections to the rogue in $ROGUE_S s)"
+else bad "dials to the rogue: $dials; $(tail -n 3 "$T/rogue.log")"; fi
+logs="$T/n1.out $T/n2.out $T/n3.out $T/n4.out"
+if grep -q "mDNS: .*from 10.77.0.66 (IP TTL 64): IP TTL is not 255" $logs && \
+   grep -q "mDNS: .*A record from 10.77.0.66 .*127.0.0.1\|mDNS: .*A record from 10.77.0.66 .*10.77.0.255" $logs && \
+   grep -q "mDNS: .*and 10.77.0.66 (A) that put node ${id1:0:8} .*at 10.77.0.99:7719: the node is linked" $logs && \
+   grep -q "more than 32 nodes not met yet" $logs && \
+   ! grep -q "discovered node \(eeeeeeee\|dddddddd\|cccccccc\)" $logs && \
+   ! grep -q "$(printf '\033')" $logs; then
+  ok "what the rogue sent is refused and logged (TTL 64, loopback/broadcast addresses, a live node moved, the flood), with its escape sequences filtered"
+else bad "rogue refusals: $(grep -h "mDNS\|not met yet" $logs | head -n 8)"; fi
+
 # ---- SIGKILL: down within the bound, back after a restart ----
 id4=$(id_of 4)
 t0=$(now_ms)
@@ -235,6 +274,35 @@ if wait_for 20 eval "all_see up $id4 1 2 3 && n_up 4 4"; then
   [ "$(view 1 | jq '.nodes | length')" = 4 ] && ok "the restarted node rejoins by itself as the same node ($(( $(now_ms) - t0 )) ms)" \
     || bad "rejoin: $(view 1 | jq '.nodes | length') nodes"
 else bad "rejoin: $(for i in 1 2 3 4; do state_in $i "$id4"; done)"; fi
+
+# ---- a stranger cannot hold back the dials of a known node ----
+# Node 4 goes down; the rogue answers for its id with its own address, where
+# every handshake fails.  Node 4 comes back knowing nobody (no peers.json, no
+# multicast): only the others' dials of its proven address bring it back, and
+# they go on at their usual pace (a refused handshake at a node's only
+# address would hold them back 30 s).
+stop_node 4 KILL
+wait_for $(( (DOWN_MS + SLACK_MS) / 1000 + 1 )) all_see down "$id4" 1 2 3
+ip netns exec "$P-rogue" python3 tests/cluster/rogue_mdns.py "$fp" "$id4" 10.77.0.66 15 0 \
+  "$T/rogue2.count" 10.77.0.66 >"$T/rogue2.log" 2>&1 &
+rogue_pid=$!
+# every node has tried the rogue's address for node 4 (and had the handshake fail)
+rogue_tried_all() {
+  local i
+  for i in 1 2 3; do grep -q "accepted a connection from 10.77.0.$i\$" "$T/rogue2.log" || return 1; done
+}
+if wait_for 10 rogue_tried_all; then
+  rm -f "$T/n4/peers.json"
+  t0=$(now_ms)
+  start_node 4 --no-discovery
+  if wait_for 10 all_see up "$id4" 1 2 3; then
+    ok "a stranger answering for a down node's id (its handshakes failing) does not delay dialling the node where it was proven ($(( $(now_ms) - t0 )) ms)"
+  else bad "dials held back: $(for i in 1 2 3; do state_in $i "$id4"; done); $(grep -h "10.77.0.66" "$T/n1.out" | tail -n 3)"; fi
+else bad "the nodes never dialled the rogue's address for node 4: $(cat "$T/rogue2.log")"; fi
+wait "$rogue_pid" 2>/dev/null
+stop_node 4
+start_node 4
+wait_for 20 eval "all_see up $id4 1 2 3 && n_up 4 4" || bad "node 4 back with discovery"
 
 # ---- a cut link: both sides see it, the minority loses its quorum ----
 id3=$(id_of 3)
