@@ -286,6 +286,17 @@ int cmd_serve(int argc, char **argv)
             cc.proto_major = tmaj;
             cc.proto_minor = tmin;
         }
+        /* a member that claims another node's id (32 hex digits) */
+        const char *claim = getenv("RACIMO_TEST_CLAIM_ID");
+        if (claim && strlen(claim) == 32) {
+            bool ok = true;
+            for (int i = 0; i < 16 && ok; i++) {
+                unsigned byte;
+                ok = sscanf(claim + 2 * i, "%2x", &byte) == 1;
+                cc.test_claim_id[i] = (uint8_t)byte;
+            }
+            cc.test_claim_id_set = ok;
+        }
 #endif
     }
     node_config nc;
