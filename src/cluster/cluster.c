@@ -646,13 +646,25 @@ static void refusal_window(struct cluster *c, uint64_t now)
 {
     if (c->refusals.since_ns && cl__since(now, c->refusals.since_ns) < REFUSAL_WINDOW_NS)
         return;
-    if (c->refusals.over_limit || c->refusals.timed_out || c->refusals.unlogged)
-        rc_log(LOG_WARN, "cluster: in the last %d s: %d connections closed at once (over the "
-               "handshake limits: %d per address, %d for strangers, %d in all), %d that sent "
-               "no HELLO within 1 s, %d more refused handshakes not logged one by one; the "
-               "last from %s", (int)(cl__since(now, c->refusals.since_ns) / (1000 * MS)),
-               c->refusals.over_limit, PER_ADDR_HANDSHAKES, STRANGER_HANDSHAKES, MAX_HANDSHAKES,
-               c->refusals.timed_out, c->refusals.unlogged, c->refusals.last_from);
+    if (c->refusals.over_limit || c->refusals.timed_out || c->refusals.unlogged) {
+        char what[3][160];
+        int n = 0;
+        if (c->refusals.over_limit)
+            snprintf(what[n++], sizeof what[0], "%d connections closed at once (over the "
+                     "handshake limits: %d per address, %d for strangers, %d in all)",
+                     c->refusals.over_limit, PER_ADDR_HANDSHAKES, STRANGER_HANDSHAKES,
+                     MAX_HANDSHAKES);
+        if (c->refusals.timed_out)
+            snprintf(what[n++], sizeof what[0], "%d that sent no HELLO within 1 s",
+                     c->refusals.timed_out);
+        if (c->refusals.unlogged)
+            snprintf(what[n++], sizeof what[0], "%d more refused handshakes not logged one "
+                     "by one", c->refusals.unlogged);
+        rc_log(LOG_WARN, "cluster: in the last %d s: %s%s%s%s%s; the last from %s",
+               (int)(cl__since(now, c->refusals.since_ns) / (1000 * MS)), what[0],
+               n > 1 ? ", " : "", n > 1 ? what[1] : "", n > 2 ? ", " : "", n > 2 ? what[2] : "",
+               c->refusals.last_from);
+    }
     c->refusals.over_limit = c->refusals.timed_out = c->refusals.unlogged = 0;
     c->refusals.logged = 0;
     c->refusals.since_ns = now;
