@@ -600,6 +600,44 @@ TEST_T(cluster_identity_proven, 60)
     cluster_free(a);
 }
 
+/* peers.json: a member met before comes back as a member only with the
+ * key that gives its id; an entry without one (protocol 1) or with another
+ * node's key is a candidate to dial, not in the view. */
+TEST(cluster_peers_file_members)
+{
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/pf", test_tmpdir());
+    CHECK_OK(mkdir(dir, 0700));
+    wire_identity known, other;
+    wire_identity_new(&known);
+    wire_identity_new(&other);
+    char kid[33], kpk[65], oid[33], opk[65], lone[33];
+    wire_hex(known.id, 16, kid);
+    wire_hex(known.pk, 32, kpk);
+    wire_hex(other.id, 16, oid);
+    wire_hex(other.pk, 32, opk);
+    snprintf(lone, sizeof lone, "%s", "00112233445566778899aabbccddeeff");
+    snprintf(path, sizeof path, "%s/peers.json", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "[{\"id\":\"%s\",\"key\":\"%s\",\"addresses\":[\"127.0.0.1\"],\"cluster_port\":9},"
+               " {\"id\":\"%s\",\"key\":\"%s\",\"addresses\":[\"127.0.0.1\"],\"cluster_port\":9},"
+               " {\"id\":\"%s\",\"addresses\":[\"127.0.0.1\"],\"cluster_port\":9}]\n",
+            kid, kpk, oid, kpk, lone);
+    fclose(f);
+    cluster_config cfg;
+    cluster_config_default(&cfg);
+    cfg.state_dir = dir;
+    cfg.bench = 0;
+    struct cluster *c;
+    CHECK_OK(cluster_new(&cfg, &c, NULL));
+    CHECK_STR(state_of(c, kid), "down");
+    CHECK_STR(state_of(c, oid), "absent");
+    CHECK_STR(state_of(c, lone), "absent");
+    CHECK_INT(n_nodes(c), ==, 2);
+    CHECK(!cluster_has_quorum(c));       /* 1 of the 2 members up */
+    cluster_free(c);
+}
+
 /* Connections that send nothing: at most 4 from one (stranger's) address
  * wait in handshake, each at most 1 s; the rest are closed at once; the
  * node goes on linking honest peers. */

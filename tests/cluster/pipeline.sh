@@ -426,7 +426,7 @@ alone=$(complete 10.77.0.9 "$P-n9" "hello world" 12)
 kill -9 "$REF_PID"; wait "$REF_PID" 2>/dev/null; REF_PID=
 # a new two-node cluster: the old one's members (two of them killed) would
 # leave these two without a quorum, and a minority does not place models
-for i in 1 2; do rm -f "$T/n$i/cluster.key" "$T/n$i/node.id" "$T/n$i/peers.json"; done
+for i in 1 2; do rm -f "$T/n$i/cluster.key" "$T/n$i/node.key" "$T/n$i/node.id" "$T/n$i/peers.json"; done
 export MALLOC_ARENA_MAX=2
 # thread stacks of 1 MiB (glibc takes RLIMIT_STACK): the limit is for the model
 PRE="prlimit --as=$limit --stack=1048576" start_node 1 --max-memory "$offer" --parallel 2 --ctx-size 256
