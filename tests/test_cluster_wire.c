@@ -1,5 +1,5 @@
 /* test_cluster_wire.c - the cluster's pure formats: join tokens, the
- * handshake, records and frames (replay, tampering, truncation, limits),
+ * handshake and node identities, records and frames (replay, tampering, truncation, limits),
  * reassembly, and mDNS messages (well formed and hostile). */
 #include "test.h"
 
@@ -11,7 +11,6 @@
 static const uint8_t KEY_A[32] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
                                    17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32 };
 static const uint8_t KEY_B[32] = { 9 };
-static const uint8_t ID_D[16] = { 0xd0, 1 }, ID_L[16] = { 0x10, 2 };
 
 TEST(cluster_token_roundtrip)
 {
@@ -53,13 +52,27 @@ typedef struct {
     wire_session d, l;
 } pair;
 
+static wire_identity ident_d, ident_l;
+
+/* The two test identities, made once. */
+static void idents(void)
+{
+    static bool made;
+    if (!made) {
+        wire_identity_new(&ident_d);
+        wire_identity_new(&ident_l);
+        made = true;
+    }
+}
+
 /* A full handshake between a dialer with key kd and a listener with kl.
  * Returns 0 when both ends are established, else the first failure. */
 static int handshake(pair *p, const uint8_t *kd, const uint8_t *kl, int major_d, int major_l)
 {
+    idents();
     uint8_t hd[WIRE_HELLO_BYTES], hl[WIRE_HELLO_BYTES], ad[WIRE_AUTH_BYTES], al[WIRE_AUTH_BYTES];
-    wire_session_init(&p->d, kd, ID_D, WIRE_DIALER, major_d, 3, hd);
-    wire_session_init(&p->l, kl, ID_L, WIRE_LISTENER, major_l, 0, hl);
+    wire_session_init(&p->d, kd, &ident_d, WIRE_DIALER, major_d, 3, hd);
+    wire_session_init(&p->l, kl, &ident_l, WIRE_LISTENER, major_l, 0, hl);
     int r;
     if ((r = wire_on_hello(&p->d, hl, ad)) || (r = wire_on_hello(&p->l, hd, al)))
         return r;
@@ -71,34 +84,108 @@ static int handshake(pair *p, const uint8_t *kd, const uint8_t *kl, int major_d,
 TEST(cluster_handshake_ok_and_refused)
 {
     pair p;
-    CHECK_OK(handshake(&p, KEY_A, KEY_A, 1, 1));
+    CHECK_OK(handshake(&p, KEY_A, KEY_A, 2, 2));
     CHECK(p.d.established && p.l.established);
-    CHECK(!memcmp(p.d.peer_id, ID_L, 16));
-    CHECK(!memcmp(p.l.peer_id, ID_D, 16));
+    CHECK(!memcmp(p.d.peer_id, ident_l.id, 16));
+    CHECK(!memcmp(p.l.peer_id, ident_d.id, 16));
+    CHECK(!memcmp(p.l.peer_pk, ident_d.pk, 32));
     CHECK_INT(p.l.peer_minor, ==, 3);
     /* the wrong key: both sides refuse, naming the cause */
-    CHECK_INT(handshake(&p, KEY_A, KEY_B, 1, 1), ==, RC_EINVAL);
+    CHECK_INT(handshake(&p, KEY_A, KEY_B, 2, 2), ==, RC_EINVAL);
     CHECK(strstr(rc_errmsg(), "cluster's key"));
     CHECK(!p.l.established);
-    /* other major versions: refused with both versions in the message */
-    CHECK_INT(handshake(&p, KEY_A, KEY_A, 1, 2), ==, RC_EUNSUPPORTED);
-    CHECK(strstr(rc_errmsg(), "2.0"));
-    CHECK(strstr(rc_errmsg(), "1.3"));
-    /* not racimo at all */
+    /* other major versions: refused with both versions in the message, from
+     * the first 8 bytes alone */
+    CHECK_INT(handshake(&p, KEY_A, KEY_A, 2, 1), ==, RC_EUNSUPPORTED);
+    CHECK(strstr(rc_errmsg(), "1.0"));
+    CHECK(strstr(rc_errmsg(), "2.3"));
     uint8_t h[WIRE_HELLO_BYTES], a[WIRE_AUTH_BYTES], junk[WIRE_HELLO_BYTES];
+    wire_session_init(&p.l, KEY_A, &ident_l, WIRE_LISTENER, 1, 3, h);
+    wire_session_init(&p.d, KEY_A, &ident_d, WIRE_DIALER, 2, 0, junk);
+    CHECK_INT(wire_hello_prefix(&p.d, h, WIRE_HELLO_PREFIX), ==, RC_EUNSUPPORTED);
+    CHECK(strstr(rc_errmsg(), "protocol 1.3, this node 2.0"));
+    /* not racimo at all */
     memset(junk, 'G', sizeof junk);
-    wire_session_init(&p.d, KEY_A, ID_D, WIRE_DIALER, 1, 0, h);
+    wire_session_init(&p.d, KEY_A, &ident_d, WIRE_DIALER, 2, 0, h);
+    CHECK_INT(wire_hello_prefix(&p.d, junk, WIRE_HELLO_PREFIX), ==, RC_EFORMAT);
     CHECK_INT(wire_on_hello(&p.d, junk, a), ==, RC_EFORMAT);
     /* a reflected HELLO (same role) is refused */
-    wire_session_init(&p.d, KEY_A, ID_D, WIRE_DIALER, 1, 0, h);
+    wire_session_init(&p.d, KEY_A, &ident_d, WIRE_DIALER, 2, 0, h);
     CHECK_INT(wire_on_hello(&p.d, h, a), ==, RC_EFORMAT);
     /* a reflected AUTH fails: the tag binds the sender's role */
     uint8_t hd[WIRE_HELLO_BYTES], hl[WIRE_HELLO_BYTES], ad[WIRE_AUTH_BYTES], al[WIRE_AUTH_BYTES];
-    wire_session_init(&p.d, KEY_A, ID_D, WIRE_DIALER, 1, 0, hd);
-    wire_session_init(&p.l, KEY_A, ID_L, WIRE_LISTENER, 1, 0, hl);
+    wire_session_init(&p.d, KEY_A, &ident_d, WIRE_DIALER, 2, 0, hd);
+    wire_session_init(&p.l, KEY_A, &ident_l, WIRE_LISTENER, 2, 0, hl);
     CHECK_OK(wire_on_hello(&p.d, hl, ad));
     CHECK_OK(wire_on_hello(&p.l, hd, al));
     CHECK_INT(wire_on_auth(&p.d, ad), ==, RC_EINVAL);
+}
+
+TEST(cluster_identity)
+{
+    idents();
+    /* an id is the hash of the public key; a secret key gives them back */
+    uint8_t id[16];
+    wire_id_of_key(ident_d.pk, id);
+    CHECK(!memcmp(id, ident_d.id, 16));
+    wire_identity again;
+    wire_identity_from_secret(&again, ident_d.sk);
+    CHECK(!memcmp(again.pk, ident_d.pk, 32));
+    CHECK(!memcmp(again.id, ident_d.id, 16));
+    CHECK(memcmp(ident_d.id, ident_l.id, 16));
+
+    /* a HELLO that claims another node's id is refused, naming both ids */
+    pair p;
+    uint8_t hd[WIRE_HELLO_BYTES], hl[WIRE_HELLO_BYTES], ad[WIRE_AUTH_BYTES], al[WIRE_AUTH_BYTES];
+    wire_session_init(&p.d, KEY_A, &ident_d, WIRE_DIALER, 2, 0, hd);
+    wire_session_claim_id(&p.d, ident_l.id, hd);
+    wire_session_init(&p.l, KEY_A, &ident_l, WIRE_LISTENER, 2, 0, hl);
+    CHECK_INT(wire_on_hello(&p.l, hd, al), ==, RC_EINVAL);
+    char claimed[33], real[33], want[120];
+    wire_hex(ident_l.id, 16, claimed);
+    wire_hex(ident_d.id, 16, real);
+    snprintf(want, sizeof want, "claims node id %s, its key gives %s", claimed, real);
+    CHECK(strstr(rc_errmsg(), want));
+
+    /* a peer that shows a node's public key and id without holding its
+     * secret key: the HELLO passes, its AUTH does not */
+    wire_identity thief;
+    wire_identity_new(&thief);
+    memcpy(thief.pk, ident_l.pk, 32);
+    memcpy(thief.id, ident_l.id, 16);
+    wire_session_init(&p.d, KEY_A, &ident_d, WIRE_DIALER, 2, 0, hd);
+    wire_session_init(&p.l, KEY_A, &thief, WIRE_LISTENER, 2, 0, hl);
+    CHECK_OK(wire_on_hello(&p.d, hl, ad));
+    CHECK_OK(wire_on_hello(&p.l, hd, al));
+    CHECK_INT(wire_on_auth(&p.d, al), ==, RC_EINVAL);
+    CHECK(strstr(rc_errmsg(), "identity not proven"));
+    CHECK(strstr(rc_errmsg(), claimed));
+    CHECK(!p.d.established);
+    /* nor can the thief's side take the honest dialer's AUTH as proof of
+     * anything: its keys differ, so the dialer's tag fails there too */
+    CHECK_INT(wire_on_auth(&p.l, ad), ==, RC_EINVAL);
+
+    /* tampering with any part of a HELLO in flight fails the handshake */
+    static const int at[] = { 6, 10, 28, 60, 92, 123 };
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        wire_session_init(&p.d, KEY_A, &ident_d, WIRE_DIALER, 2, 0, hd);
+        wire_session_init(&p.l, KEY_A, &ident_l, WIRE_LISTENER, 2, 0, hl);
+        hd[at[i]] ^= 0x01;
+        int r = wire_on_hello(&p.l, hd, al);
+        hd[at[i]] ^= 0x01;
+        if (r == 0) {
+            CHECK_OK(wire_on_hello(&p.d, hl, ad));
+            r = wire_on_auth(&p.l, ad);
+            if (r == 0)
+                r = wire_on_auth(&p.d, al);
+        }
+        CHECK_INT(r, ==, RC_EINVAL);
+    }
+    /* an all-zero (low order) ephemeral key is refused */
+    wire_session_init(&p.d, KEY_A, &ident_d, WIRE_DIALER, 2, 0, hd);
+    wire_session_init(&p.l, KEY_A, &ident_l, WIRE_LISTENER, 2, 0, hl);
+    memset(hd + 60, 0, 32);
+    CHECK_INT(wire_on_hello(&p.l, hd, al), ==, RC_EFORMAT);
 }
 
 static long seal(wire_session *s, int type, const char *text, bool final, uint8_t *out)
@@ -109,7 +196,7 @@ static long seal(wire_session *s, int type, const char *text, bool final, uint8_
 TEST(cluster_records)
 {
     pair p;
-    CHECK_OK(handshake(&p, KEY_A, KEY_A, 1, 1));
+    CHECK_OK(handshake(&p, KEY_A, KEY_A, 2, 2));
     static uint8_t rec[WIRE_REC_MAX], rec2[WIRE_REC_MAX], plain[WIRE_FRAME_MAX];
     wire_frame f;
     long n = seal(&p.d, WIRE_STATE, "hello", false, rec);
@@ -127,7 +214,7 @@ TEST(cluster_records)
     CHECK(strstr(rc_errmsg(), "authentication"));
 
     /* tampered payload, tampered length, reordered records */
-    CHECK_OK(handshake(&p, KEY_A, KEY_A, 1, 1));
+    CHECK_OK(handshake(&p, KEY_A, KEY_A, 2, 2));
     n = seal(&p.d, WIRE_PING, "0123456789abcdef", false, rec);
     memcpy(rec2, rec, (size_t)n);
     rec2[n - 3] ^= 1;
@@ -136,13 +223,13 @@ TEST(cluster_records)
     long n1 = seal(&p.d, WIRE_PING, "first", false, rec);
     long n2 = seal(&p.d, WIRE_PING, "second", false, rec2);
     CHECK_INT(wire_open(&p.l, rec2, (size_t)n2, plain, &f), ==, RC_EFORMAT);
-    CHECK_OK(handshake(&p, KEY_A, KEY_A, 1, 1));
+    CHECK_OK(handshake(&p, KEY_A, KEY_A, 2, 2));
     n1 = seal(&p.d, WIRE_PING, "abcdefgh", false, rec);
     wire_put32(rec, wire_get32(rec) - 1);      /* a shorter length: the cut record fails */
     CHECK_INT(wire_open(&p.l, rec, (size_t)n1, plain, &f), ==, RC_EFORMAT);
 
     /* oversized and undersized lengths are refused from the header alone */
-    CHECK_OK(handshake(&p, KEY_A, KEY_A, 1, 1));
+    CHECK_OK(handshake(&p, KEY_A, KEY_A, 2, 2));
     uint8_t hdr[4];
     wire_put32(hdr, WIRE_FRAME_MAX + WIRE_ABYTES + 1);
     CHECK_INT(wire_open(&p.l, hdr, 4, plain, &f), ==, RC_ELIMIT);
@@ -157,14 +244,14 @@ TEST(cluster_records)
     CHECK_INT(wire_open(&p.l, rec, (size_t)n, plain, &f), ==, RC_EFORMAT);
 
     /* the final record ends the stream; anything after it is refused */
-    CHECK_OK(handshake(&p, KEY_A, KEY_A, 1, 1));
+    CHECK_OK(handshake(&p, KEY_A, KEY_A, 2, 2));
     n = seal(&p.d, WIRE_BYE, "bye", true, rec);
     CHECK_INT(wire_open(&p.l, rec, (size_t)n, plain, &f), ==, n);
     CHECK(f.final);
     CHECK_INT(seal(&p.d, WIRE_PING, "late", false, rec), ==, RC_ESTATE);
     CHECK_INT(wire_open(&p.l, rec, (size_t)n, plain, &f), ==, RC_EFORMAT);
     /* limits on what is sealed */
-    CHECK_OK(handshake(&p, KEY_A, KEY_A, 1, 1));
+    CHECK_OK(handshake(&p, KEY_A, KEY_A, 2, 2));
     CHECK_INT(wire_seal(&p.d, 1, 0, 0, plain, WIRE_PAYLOAD_MAX + 1, false, rec), ==, RC_ELIMIT);
     n = wire_seal(&p.d, 1, 0, 0, plain, WIRE_PAYLOAD_MAX, false, rec);
     CHECK_INT(n, ==, (long)WIRE_REC_MAX);

@@ -244,7 +244,9 @@ TEST(discovery_hint_stays_apart)
     CHECK_INT(cl__on_found(c, n->id, "10.77.0.99", 7719, why, sizeof why), ==, 1);
     CHECK(n->hint_next_ns >= before + 20 * NS);
     /* a refusal at one of several addresses of its own does not hold the
-     * node back either; at its only address it does (another version...) */
+     * node back either; nor at a proven member's only address (whatever
+     * answered there need not be the member); at a candidate's only
+     * address it does (another version...) */
     cl__node_add_addr(c, n, "10.77.1.3");
     k.refused = true;
     k.phase = PH_DEAD;
@@ -253,6 +255,10 @@ TEST(discovery_hint_stays_apart)
     CHECK_INT(n->next_dial_ns, ==, 0);
     cl_node *lone = add_node(c, 0x23, "10.77.0.4", 7719);
     k.target = lone;
+    lone->dialing = &k;
+    cl__on_closed(c, &k);
+    CHECK_INT(lone->next_dial_ns, ==, 0);
+    lone->member = false;
     lone->dialing = &k;
     cl__on_closed(c, &k);
     CHECK(lone->next_dial_ns >= before + 20 * NS);

@@ -31,7 +31,6 @@ typedef struct {
     char dir[600], models[700];
 } node;
 
-static int start_minor = -1;       /* >= 0: the node says it speaks protocol 1.<minor> */
 static uint64_t start_max_memory;  /* > 0: the node offers at most this (--max-memory) */
 
 static void start(node *n, const char *name, const char *token, const node *peer)
@@ -41,10 +40,6 @@ static void start(node *n, const char *name, const char *token, const node *peer
     cluster_config cfg;
     test_cluster_config(&cfg, name, token, peer ? cluster_port(peer->c) : 0, n->dir,
                         sizeof n->dir, n->models, sizeof n->models, addr, peers);
-    if (start_minor >= 0) {
-        cfg.proto_major = 1;
-        cfg.proto_minor = start_minor;
-    }
     cfg.max_memory = start_max_memory;
     CHECK_OK(cluster_new(&cfg, &n->c, NULL));
     CHECK_OK(pipeline_new(n->c, 1, &n->p));
@@ -452,23 +447,6 @@ TEST_T(pipeline_tensor_parallel_same_tokens, 120)
     engine_free(e);
 
     /* shard node B dies while a request runs: it ends with an error naming it */
-    /* shard 0 on a node that says it speaks protocol 1.0: shard 1 waits for
-     * no channel from it, and takes whole logits on the cluster link (or,
-     * if the channel came first, uses it); the same tokens either way */
-    node c = { 0 };
-    start_minor = 0;
-    start(&c, "tc", cluster_join_token(a.c), &a);
-    start_minor = -1;
-    wait_up(&a, &c);
-    char pc[800];
-    snprintf(pc, sizeof pc, "%s/m4.gguf", c.models);
-    write_model(pc);
-    e = pipeline_engine(&a, &head, "m4", cluster_self_id(c.c), cluster_self_id(a.c), 0, true);
-    run_all(e, got, 20);
-    check_same(got, ref);
-    engine_free(e);
-    stop(&c);
-
     e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 0, true);
     check_death(e, &b);
     lm_close(&head);

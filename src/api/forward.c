@@ -767,7 +767,8 @@ static bool pick_node(api_server *s, const char *name, bool show, char node[33],
         const char *id = json_string_value(json_object_get(n, "id"));
         int major = 0, minor = 0;
         if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")) || !proto ||
-            sscanf(proto, "%d.%d", &major, &minor) != 2 || major != WIRE_PROTO_MAJOR || minor < 2)
+            sscanf(proto, "%d.%d", &major, &minor) != 2 || major != WIRE_PROTO_MAJOR ||
+            (major == 1 && minor < 2))    /* forwarding came with 1.2 */
             continue;
         if (!id)
             continue;

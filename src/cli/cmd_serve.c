@@ -323,6 +323,17 @@ int cmd_serve(int argc, char **argv)
         const char *fs = getenv("RACIMO_TEST_FAKE_SLOTS");
         if (fs && atoi(fs) > 0)
             cc.test_fake_slots = atoi(fs);
+        /* a member that claims another node's id (32 hex digits) */
+        const char *claim = getenv("RACIMO_TEST_CLAIM_ID");
+        if (claim && strlen(claim) == 32) {
+            bool ok = true;
+            for (int i = 0; i < 16 && ok; i++) {
+                unsigned byte;
+                ok = sscanf(claim + 2 * i, "%2x", &byte) == 1;
+                cc.test_claim_id[i] = (uint8_t)byte;
+            }
+            cc.test_claim_id_set = ok;
+        }
 #endif
     }
     node_config nc;

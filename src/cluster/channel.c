@@ -384,7 +384,7 @@ static int connect_to(const char *host, int port, uint64_t deadline, int *out)
 }
 
 int chan_dial(const char *host, int port, const uint8_t key[WIRE_KEY_BYTES],
-              const uint8_t self_id[WIRE_ID_BYTES], int major, int minor,
+              const wire_identity *self, int major, int minor,
               const uint8_t peer_id[WIRE_ID_BYTES], int timeout_ms, cluster_chan **out)
 {
     uint64_t deadline = os_now_ns() + (uint64_t)timeout_ms * 1000000u;
@@ -393,18 +393,18 @@ int chan_dial(const char *host, int port, const uint8_t key[WIRE_KEY_BYTES],
         return rc;
     wire_session ws;
     uint8_t hello[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
-    wire_session_init(&ws, key, self_id, WIRE_DIALER, major, minor, hello);
+    wire_session_init(&ws, key, self, WIRE_DIALER, major, minor, hello);
     wire_session_mark_channel(&ws, hello);
+    /* the version first: a node of another major sends a HELLO of another
+     * length, and closes */
     if (!(rc = io_full(fd, true, hello, sizeof hello, deadline)) &&
-        !(rc = io_full(fd, false, hello, sizeof hello, deadline)) &&
+        !(rc = io_full(fd, false, hello, WIRE_HELLO_PREFIX, deadline)) &&
+        !(rc = wire_hello_prefix(&ws, hello, WIRE_HELLO_PREFIX)) &&
+        !(rc = io_full(fd, false, hello + WIRE_HELLO_PREFIX, sizeof hello - WIRE_HELLO_PREFIX,
+                       deadline)) &&
         !(rc = wire_on_hello(&ws, hello, auth))) {
-        /* A node of protocol 1.0 would take the channel for a second
-         * cluster link; it gets no AUTH and drops the connection. */
         if (memcmp(ws.peer_id, peer_id, WIRE_ID_BYTES))
             rc = rc_fail(RC_EINVAL, "%s:%d is another node", host, port);
-        else if (ws.peer_minor < 1)
-            rc = rc_fail(RC_EUNSUPPORTED, "the node speaks protocol %d.%d, without data channels",
-                         ws.peer_major, ws.peer_minor);
     }
     if (!rc && !(rc = io_full(fd, true, auth, sizeof auth, deadline)) &&
         !(rc = io_full(fd, false, auth, sizeof auth, deadline)))

@@ -34,11 +34,12 @@ cluster_chan *chan_new(int fd, const wire_session *ws, const uint8_t *pending, s
 void chan_free(cluster_chan *ch);            /* accepts NULL */
 const char *chan_peer(const cluster_chan *ch);
 
-/* Connects to a node's cluster port at host:port, runs the handshake with
- * its HELLO marked as a data channel and checks the node is peer_id.
- * Within timeout_ms.  RC_EUNSUPPORTED for a node too old for channels. */
+/* Connects to a node's cluster port at host:port, runs the handshake as
+ * `self` with its HELLO marked as a data channel and checks the node proves
+ * to be peer_id.  Within timeout_ms.  RC_EUNSUPPORTED for a node of another
+ * major version. */
 int chan_dial(const char *host, int port, const uint8_t key[WIRE_KEY_BYTES],
-              const uint8_t self_id[WIRE_ID_BYTES], int major, int minor,
+              const wire_identity *self, int major, int minor,
               const uint8_t peer_id[WIRE_ID_BYTES], int timeout_ms, cluster_chan **out);
 
 /* Asked between poll slices: true to give up, with a reason in why. */

@@ -7,10 +7,12 @@
  *
  * Membership.  A node is known once met by any means (mDNS, static peer,
  * another node's STATE, peers.json) and forgotten after forget_after_ms
- * down.  It is "up" in this node's view while a link to it is open and
- * carried a frame within down_after_ms; every node keeps a link to every
- * other (a full mesh), so all views agree once links settle.  The leader is
- * the up node with the smallest id; it alone places instances (later
+ * down; it is a member only once a handshake proved its id (its static
+ * key), here or in a run before.  It is "up" in this node's view while a
+ * link to it is open and carried a frame within down_after_ms; every node
+ * keeps a link to every other (a full mesh), so all views agree once links
+ * settle.  The leader is the up member with the smallest id (so a proven
+ * one: ids heard in gossip or mDNS alone never count); it alone places instances (later
  * issues), and only while its side has a quorum: a strict majority of the
  * known membership up.  docs/cluster-protocol.md explains the partition
  * rule.  Links in the view are each node's own measures, shared in STATE.
@@ -41,7 +43,10 @@
 
 #define TICK_MS        100
 #define MS             1000000ull
-#define MAX_HANDSHAKES 64
+#define MAX_HANDSHAKES 64          /* accepted connections in handshake, in all */
+#define STRANGER_HANDSHAKES 48     /* of which from addresses of no member */
+#define PER_ADDR_HANDSHAKES 4      /* from one address */
+#define MEMBER_ADDR_HANDSHAKES 16  /* from one address of a member */
 #define STATE_MAX      (4u << 20)
 #define MAX_UNPROVEN   32          /* nodes only multicast DNS speaks for, at a time */
 #define HINT_DIALS_S   4           /* dials to addresses from multicast DNS, per second */
@@ -265,14 +270,20 @@ static void update_membership(struct cluster *c, uint64_t now)
     }
 }
 
+/* Called once a handshake (of a link or a data channel) has proven the
+ * peer's identity, before anything else of it is taken: the one place that
+ * lets a proven id in or not.  0, or a code with a detail for the log. */
+int cl__admit(struct cluster *c, cl_conn *k)
+{
+    if (c->stopping)
+        return rc_fail(RC_ESTATE, "this node is shutting down");
+    return 0;
+}
+
 void cl__on_established(struct cluster *c, cl_conn *k)
 {
     uint64_t now = os_now_ns();
     cl_node *self = self_node(c);
-    if (c->stopping) {
-        cl__conn_close(k, "node shutting down");
-        return;
-    }
     if (!memcmp(k->ws.peer_id, self->id, WIRE_ID_BYTES)) {
         rc_log(LOG_DEBUG, "cluster: %s is this node itself", k->peer_addr);
         if (k->static_idx >= 0)
@@ -323,9 +334,12 @@ void cl__on_established(struct cluster *c, cl_conn *k)
         t->hint[0] = 0;              /* used, or it led to another node: forgotten */
         t->hint_gap_ns = 0;
     }
-    if (!n->member) {
+    if (!n->member || memcmp(n->pk, k->ws.peer_pk, WIRE_PK_BYTES)) {
+        /* proven by this handshake: a member from now on, also after a
+         * restart (peers.json keeps the key) */
         pthread_mutex_lock(&c->mu);
         n->member = true;
+        memcpy(n->pk, k->ws.peer_pk, WIRE_PK_BYTES);
         pthread_mutex_unlock(&c->mu);
         c->peers_dirty = true;
     }
@@ -352,10 +366,11 @@ void cl__on_closed(struct cluster *c, cl_conn *k)
     cl_node *t = k->target;
     if (t && t->dialing == k) {
         t->dialing = NULL;
-        /* whatever refused us there (another cluster, another version, not
-         * racimo) holds back this node's dials only if it has no other
-         * address to try */
-        if (k->refused && n_dial_addrs(t) <= 1)
+        /* a refusal comes from whatever answered at that address: it puts
+         * off a candidate with no other address to try, never a proven
+         * member (a stranger on one of its addresses must not keep it from
+         * being redialled) */
+        if (k->refused && !t->member && n_dial_addrs(t) <= 1)
             t->next_dial_ns = now + 30000 * MS;
         /* a member that refuses the new key may have missed a rotation:
          * once more at once with the key before (rotate.c) */
@@ -527,20 +542,12 @@ void cl__on_state(struct cluster *c, cl_conn *k, const uint8_t *data, size_t len
         size_t j;
         json_t *pa;
         json_array_foreach(json_object_get(p, "addresses"), j, pa) {
-            if (valid_ipv4(json_string_value(pa))) {
-                cl_node *m = cl__node_find(c, pid);
-                if (!m) {
-                    if (!(m = cl__node_add(c, pid)))
-                        break;
-                    rc_log(LOG_INFO, "cluster: node %.8s vouches for node %.8s at %s:%d", n->id_hex,
-                           m->id_hex, json_string_value(pa), port);
-                }
-                cl__node_add_addr(c, m, json_string_value(pa));
-                pthread_mutex_lock(&c->mu);
-                m->cluster_port = port;
-                m->member = true;     /* vouched for by an authenticated member */
-                pthread_mutex_unlock(&c->mu);
-            }
+            /* a candidate to dial, as an address from multicast DNS is (paced,
+             * bounded): it becomes a member only once a handshake with it
+             * proves its id */
+            char why[160];
+            if (valid_ipv4(json_string_value(pa)))
+                cl__on_found(c, pid, json_string_value(pa), port, why, sizeof why);
         }
     }
 }
@@ -640,6 +647,8 @@ static void forget_nodes(struct cluster *c, uint64_t now)
     }
 }
 
+static void refusal_window(struct cluster *c, uint64_t now);
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct cluster *c = arg;
@@ -683,6 +692,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         c->peers_dirty = false;
         cl__peers_save(c);
     }
+    refusal_window(c, now);
     reap(c, now);
 }
 
@@ -739,6 +749,44 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
     event_base_loopexit(c->base, &tv);
 }
 
+/* Whether addr is an address of a proven member: such connections get a
+ * larger share of the handshake slots than strangers. */
+static bool member_addr(struct cluster *c, struct in_addr addr)
+{
+    char a[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &addr, a, sizeof a);
+    for (int i = 1; i < c->n_nodes; i++) {
+        cl_node *n = c->nodes[i];
+        for (int j = 0; n->member && j < n->addrs.n_addrs; j++)
+            if (!strcmp(n->addrs.addrs[j], a))
+                return true;
+    }
+    return false;
+}
+
+/* A handshake slot for a connection from sa?  At most MAX_HANDSHAKES
+ * accepted connections in handshake, of which strangers (addresses of no
+ * member) hold at most STRANGER_HANDSHAKES and one address at most
+ * PER_ADDR_HANDSHAKES (a member's address MEMBER_ADDR_HANDSHAKES: its
+ * shards open several data channels at once). */
+static bool handshake_slot(struct cluster *c, const struct sockaddr *sa)
+{
+    struct in_addr from = { 0 };
+    if (sa->sa_family == AF_INET)
+        from = ((const struct sockaddr_in *)sa)->sin_addr;
+    int pending = 0, strangers = 0, same = 0;
+    for (cl_conn *k = c->conns; k; k = k->next) {
+        if (k->role != WIRE_LISTENER || (k->phase != PH_HELLO && k->phase != PH_AUTH))
+            continue;
+        pending++;
+        strangers += !member_addr(c, k->peer_in);
+        same += k->peer_in.s_addr == from.s_addr;
+    }
+    bool member = member_addr(c, from);
+    return pending < MAX_HANDSHAKES && (member || strangers < STRANGER_HANDSHAKES) &&
+           same < (member ? MEMBER_ADDR_HANDSHAKES : PER_ADDR_HANDSHAKES);
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
                       void *arg)
 {
@@ -747,13 +795,77 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         evutil_closesocket(fd);
         return;
     }
-    int pending = 0;
-    for (cl_conn *k = c->conns; k; k = k->next)
-        pending += k->phase == PH_HELLO || k->phase == PH_AUTH;
-    if (pending >= MAX_HANDSHAKES || !cl__conn_accept(c, fd, sa)) {
-        rc_log(LOG_WARN, "cluster: too many connections in handshake; dropping one");
+    if (!handshake_slot(c, sa) || !cl__conn_accept(c, fd, sa)) {
+        char a[INET_ADDRSTRLEN] = "?";
+        if (sa->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, a, sizeof a);
+        cl__count_refusal(c, a, false);
         evutil_closesocket(fd);
     }
+}
+
+/* ---- refusals, counted and logged without flooding ---- */
+
+#define REFUSAL_WINDOW_NS (10000 * MS)
+#define REFUSAL_LINES     10             /* handshake refusal lines per window */
+
+static void refusal_window(struct cluster *c, uint64_t now)
+{
+    if (c->refusals.since_ns && cl__since(now, c->refusals.since_ns) < REFUSAL_WINDOW_NS)
+        return;
+    if (c->refusals.over_limit || c->refusals.timed_out || c->refusals.unlogged) {
+        char what[3][160];
+        int n = 0;
+        if (c->refusals.over_limit)
+            snprintf(what[n++], sizeof what[0], "%d connections closed at once (over the "
+                     "handshake limits: %d per address, %d for strangers, %d in all)",
+                     c->refusals.over_limit, PER_ADDR_HANDSHAKES, STRANGER_HANDSHAKES,
+                     MAX_HANDSHAKES);
+        if (c->refusals.timed_out)
+            snprintf(what[n++], sizeof what[0], "%d that sent no HELLO within 1 s",
+                     c->refusals.timed_out);
+        if (c->refusals.unlogged)
+            snprintf(what[n++], sizeof what[0], "%d more refused handshakes not logged one "
+                     "by one", c->refusals.unlogged);
+        rc_log(LOG_WARN, "cluster: in the last %d s: %s%s%s%s%s; the last from %s",
+               (int)(cl__since(now, c->refusals.since_ns) / (1000 * MS)), what[0],
+               n > 1 ? ", " : "", n > 1 ? what[1] : "", n > 2 ? ", " : "", n > 2 ? what[2] : "",
+               c->refusals.last_from);
+    }
+    c->refusals.over_limit = c->refusals.timed_out = c->refusals.unlogged = 0;
+    c->refusals.logged = 0;
+    c->refusals.since_ns = now;
+}
+
+void cl__count_refusal(struct cluster *c, const char *from, bool timed_out)
+{
+    uint64_t now = os_now_ns();
+    refusal_window(c, now);
+    /* the first of a window is told at once, the rest in the summary */
+    if (!c->refusals.over_limit && !c->refusals.timed_out)
+        rc_log(LOG_WARN, "cluster: %s %s; further ones are counted and summed up every %d s",
+               timed_out ? "dropped a connection that sent no HELLO within 1 s from"
+                         : "too many connections in handshake: closed one from", from,
+               (int)(REFUSAL_WINDOW_NS / (1000 * MS)));
+    if (timed_out)
+        c->refusals.timed_out++;
+    else
+        c->refusals.over_limit++;
+    snprintf(c->refusals.last_from, sizeof c->refusals.last_from, "%.*s",
+             (int)strcspn(from, ":"), from);
+}
+
+bool cl__refusal_log_ok(struct cluster *c, const char *from)
+{
+    refusal_window(c, os_now_ns());
+    if (c->refusals.logged < REFUSAL_LINES) {
+        c->refusals.logged++;
+        return true;
+    }
+    c->refusals.unlogged++;
+    snprintf(c->refusals.last_from, sizeof c->refusals.last_from, "%.*s",
+             (int)strcspn(from, ":"), from);
+    return false;
 }
 
 static void *thread_main(void *arg)
@@ -1026,6 +1138,7 @@ json_t *cluster_snapshot(struct cluster *c)
         json_array_append_new(nodes, o);
         if (up) {
             n_up++;
+            /* a member: its id proven, so nobody leads under another's id */
             if (!leader || strcmp(n->id_hex, leader) < 0)
                 leader = n->id_hex;
             /* this node's measures of its links, and the others' as they sent them */
@@ -1283,7 +1396,7 @@ int cluster_channel_open(struct cluster *c, const char *node_id, int type, const
     int rc = 0;
     for (int i = 0; i < addrs.n_addrs; i++) {
         cluster_chan *ch = NULL;
-        rc = chan_dial(addrs.addrs[i], port, key, c->nodes[0]->id, c->major, c->minor, id,
+        rc = chan_dial(addrs.addrs[i], port, key, &c->ident, c->major, c->minor, id,
                        timeout_ms, &ch);
         if (rc == RC_EUNSUPPORTED)
             break;

@@ -7,9 +7,12 @@
  * the HTTP server.  The calls below are thread safe unless noted.  The
  * protocol is specified in docs/cluster-protocol.md.
  *
- * State directory (--state-dir, $RACIMO_HOME, default ~/.racimo), mode 0700:
+ * State directory (--state-dir, $RACIMO_HOME, default ~/.racimo), mode 0700,
+ * owned by the user running the node and writable by nobody else (checked):
  *   cluster.key   the join token (mode 0600) - whoever reads it can join
- *   node.id       this node's id (32 hex digits), kept across restarts
+ *   node.key      this node's secret X25519 key (mode 0600): its identity
+ *   node.id       this node's id (32 hex digits), derived from node.key's
+ *                 public key; kept for scripts and people, never trusted
  *   bench.json    the cached self-benchmark, keyed by CPU, cores and memory
  *   peers.json    nodes met before, redialled after a restart
  *   revoked.json  the nodes removed from the cluster (mode 0600)
@@ -59,11 +62,14 @@ typedef struct {
     int test_fake_slots;          /* tests only (racimo-hooks: $RACIMO_TEST_FAKE_SLOTS): > 0
                                      publishes this many slots, all free, for every model
                                      served, as a lying member would */
+    bool test_claim_id_set;       /* tests only (racimo-hooks: $RACIMO_TEST_CLAIM_ID): */
+    uint8_t test_claim_id[16];    /* this node's HELLOs claim this node id, as a lying
+                                     member's would */
 } cluster_config;
 
 void cluster_config_default(cluster_config *c);
 
-/* Loads or creates the state directory, the key and the node id; the
+/* Loads or creates the state directory, the keys and the node id; the
  * config's strings are copied (none needs to outlive the call).  *created
  * (may be NULL) tells whether a new cluster key was made.  Returns 0 or a
  * negative code with rc_errmsg() (bad token, unwritable directory...). */
@@ -75,7 +81,7 @@ int cluster_start(struct cluster *c);
 
 /* The cluster view as JSON (a new reference):
  *   {"self": id, "leader": id, "quorum": bool, "members": n, "members_up": n,
- *    "protocol": "1.3", "fingerprint": hex,
+ *    "protocol": "2.0", "fingerprint": hex,
  *    "nodes": [{"id","name","addresses":[...],"cluster_port","http_port",
  *               "state":"up"|"down","self":bool,"down_for_ms":n|null,
  *               "version","protocol","hardware":{"cores","threads","simd","cpu",

@@ -4,7 +4,7 @@
  *                the view and its snapshot
  *   peer.c       one TCP connection: handshake, records, messages
  *   discovery.c  the mDNS responder and browser
- *   state.c      the state directory: key, node id, peers cache
+ *   state.c      the state directory: keys, node id, peers cache
  *   revoke.c     the nodes removed from the cluster: kept, spread, refused
  *   rotate.c     replacing the cluster key while members stay linked
  *   hw.c         hardware, the cached self-benchmark, models on disk
@@ -50,9 +50,12 @@ typedef struct cl_node {
     json_t *info;                             /* its last STATE (mu) */
     bool up;                                  /* mu */
     bool is_self;
-    bool member;                              /* mu: met (authenticated) here or vouched
-                                                 for by a member; others are only
-                                                 candidates to dial, not in the view */
+    bool member;                              /* mu: its id proven by a handshake with this
+                                                 node (now, or in a run before: peers.json
+                                                 keeps its key); others - heard of in
+                                                 gossip or mDNS - are only candidates to
+                                                 dial, not in the view, never leader */
+    uint8_t pk[WIRE_PK_BYTES];                /* its static public key, once a member */
     uint64_t last_rx_ns;                      /* last frame from it */
     uint64_t down_since_ns;                   /* when it went down (or was learnt) */
     struct cl_conn *conn;                     /* the established link in use */
@@ -91,6 +94,7 @@ typedef struct cl_conn {
     int role;                                 /* WIRE_DIALER / WIRE_LISTENER */
     int phase;
     char peer_addr[80];                       /* "ip:port" for messages */
+    struct in_addr peer_in;                   /* accepted: the source address */
     cl_node *node;                            /* after AUTH */
     cl_node *target;                          /* dialled for this node (may be NULL) */
     int static_idx;                           /* dialled for this static peer, or -1 */
@@ -167,6 +171,7 @@ struct cluster {
     char advertise[CL_ADDR_LEN];
     char name[CL_NAME_LEN];
     uint8_t key[WIRE_KEY_BYTES];
+    wire_identity ident;                      /* this node's key pair (node.key) and id */
     char token[WIRE_TOKEN_MAX];
     char hint[CL_ADDR_LEN + 8];               /* from a token's @host:port */
     char fp[WIRE_FP_HEX + 1];
@@ -189,6 +194,14 @@ struct cluster {
     cl_node **nodes;                          /* nodes[0] is this node (mu for the array) */
     int n_nodes, cap_nodes;
     cl_conn *conns;
+    /* connections closed before finishing a handshake, summed up in a log
+     * line at most every 10 s so that a flood cannot flood the log */
+    struct {
+        int over_limit, timed_out, unlogged;   /* unlogged: refusals past the budget */
+        int logged;                            /* refusal lines in this window */
+        char last_from[CL_ADDR_LEN];
+        uint64_t since_ns;
+    } refusals;
     cl_static *statics;
     int n_statics;
     uint8_t *plain;                           /* WIRE_FRAME_MAX: decrypted frames */
@@ -229,7 +242,10 @@ void cl__dispatch(struct cluster *c, const char *from_id, int type, const uint8_
                   size_t len);
 cl_node *cl__node_add(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);
 void cl__node_add_addr(struct cluster *c, cl_node *n, const char *addr);
+int  cl__admit(struct cluster *c, cl_conn *k);
 void cl__on_established(struct cluster *c, cl_conn *k);
+void cl__count_refusal(struct cluster *c, const char *from, bool timed_out);
+bool cl__refusal_log_ok(struct cluster *c, const char *from);
 void cl__on_state(struct cluster *c, cl_conn *k, const uint8_t *data, size_t len);
 void cl__on_closed(struct cluster *c, cl_conn *k);
 void cl__on_channel(struct cluster *c, cl_conn *k, const wire_msg *m);

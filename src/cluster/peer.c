@@ -2,9 +2,10 @@
  *
  * Life: HELLO -> AUTH -> OPEN -> DEAD.  Both ends send HELLO at once; AUTH
  * follows each HELLO received (wire.c does the cryptography).  A refused
- * handshake (other cluster, incompatible version, not racimo at all) and any
- * bad record (oversized, forged, tampered, replayed, truncated) is logged
- * with the peer's address and closes the connection; nothing else happens.
+ * handshake (other cluster, incompatible version, not racimo at all, an id
+ * its key does not give, a key it does not hold) and any bad record
+ * (oversized, forged, tampered, replayed, truncated) is logged with the
+ * peer's address and closes the connection; nothing else happens.
  *
  * Sending: small control messages are sealed straight into the socket's
  * output buffer; bulk messages (probes, the data plane, large STATEs) wait
@@ -33,6 +34,7 @@
 #include <event2/event.h>
 
 #define HANDSHAKE_NS   (3ull * 1000000000ull)  /* connect + HELLO + AUTH */
+#define HELLO_NS       (1ull * 1000000000ull)  /* accepted until the peer's HELLO is in */
 #define BULK_LOW       (256u << 10)          /* keep this much queued in the socket buffer */
 #define OUT_MAX        (64u << 20)           /* a peer that reads nothing is dropped */
 #define PROBE_MIN      (64u << 10)
@@ -195,6 +197,21 @@ static void fail(cl_conn *k, int level, const char *what)
     cl__conn_close(k, NULL);
 }
 
+/* A refused handshake: logged (within the cluster's budget for such lines,
+ * so a flood of them is counted, not printed) and closed. */
+static void refuse(cl_conn *k, bool with_id, int level)
+{
+    char idh[2 * WIRE_ID_BYTES + 1];
+    wire_hex(k->ws.peer_id, WIRE_ID_BYTES, idh);
+    if (level != LOG_WARN || cl__refusal_log_ok(k->c, k->peer_addr))
+        rc_log(level, "cluster: refused %s %s%s%.*s%s: %s%s", k->role == WIRE_DIALER
+               ? "the node at" : "a connection from", k->peer_addr, with_id ? " (node " : "",
+               with_id ? 8 : 0, idh, with_id ? ")" : "", rc_errmsg(),
+               k->auth_failed ? cl__rotation_hint(k->c, k) : "");
+    k->refused = true;
+    cl__conn_close(k, NULL);
+}
+
 static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
 {
     struct cluster *c = k->c;
@@ -280,16 +297,20 @@ static void on_read(struct bufferevent *bev, void *arg)
         uint64_t now = os_now_ns();
         if (k->phase == PH_HELLO) {
             uint8_t hello[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
+            if (avail < WIRE_HELLO_PREFIX)
+                return;
+            /* the version before the rest: another major's HELLO has
+             * another length (1.x: 92 bytes), and its node then closes */
+            evbuffer_copyout(in, hello, WIRE_HELLO_PREFIX);
+            if (wire_hello_prefix(&k->ws, hello, WIRE_HELLO_PREFIX)) {
+                refuse(k, false, LOG_WARN);
+                return;
+            }
             if (avail < sizeof hello)
                 return;
             evbuffer_remove(in, hello, sizeof hello);
             if (wire_on_hello(&k->ws, hello, auth)) {
-                char idh[2 * WIRE_ID_BYTES + 1];
-                wire_hex(k->ws.peer_id, WIRE_ID_BYTES, idh);
-                rc_log(LOG_WARN, "cluster: refused %s %s (node %.8s): %s", k->role == WIRE_DIALER
-                       ? "the node at" : "a connection from", k->peer_addr, idh, rc_errmsg());
-                k->refused = true;
-                cl__conn_close(k, NULL);
+                refuse(k, true, LOG_WARN);
                 return;
             }
             bufferevent_write(bev, auth, sizeof auth);
@@ -299,12 +320,13 @@ static void on_read(struct bufferevent *bev, void *arg)
             if (avail < sizeof auth)
                 return;
             evbuffer_remove(in, auth, sizeof auth);
-            if (wire_on_auth(&k->ws, auth)) {
-                rc_log(LOG_WARN, "cluster: refused %s %s: %s%s", k->role == WIRE_DIALER
-                       ? "the node at" : "a connection from", k->peer_addr, rc_errmsg(),
-                       cl__rotation_hint(c, k));
-                k->refused = k->auth_failed = true;
-                cl__conn_close(k, NULL);
+            /* the one place a proven identity is let in, or not */
+            int r = wire_on_auth(&k->ws, auth);
+            k->auth_failed = r != 0;      /* perhaps a rotated key (rotate.c) */
+            if (!r)
+                r = cl__admit(c, k);
+            if (r) {
+                refuse(k, true, r == RC_ESTATE ? LOG_DEBUG : LOG_WARN);
                 return;
             }
             if (cl__refuse_revoked(c, k))
@@ -422,8 +444,10 @@ static cl_conn *conn_new(struct cluster *c, int fd, int role, bool old_key)
     /* which cluster key the handshake uses: the current one, or for a dial
      * to a member that may have missed a rotation the one before (rotate.c) */
     k->old_key = old_key;
-    wire_session_init(&k->ws, old_key ? c->rot.old_key : c->key, c->nodes[0]->id, role, c->major,
+    wire_session_init(&k->ws, old_key ? c->rot.old_key : c->key, &c->ident, role, c->major,
                       c->minor, hello);
+    if (c->cfg.test_claim_id_set)
+        wire_session_claim_id(&k->ws, c->cfg.test_claim_id, hello);
     bufferevent_write(k->bev, hello, sizeof hello);
     k->next = c->conns;
     c->conns = k;
@@ -438,6 +462,7 @@ cl_conn *cl__conn_accept(struct cluster *c, int fd, const struct sockaddr *sa)
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
         char a[INET_ADDRSTRLEN];
+        k->peer_in = sin->sin_addr;
         inet_ntop(AF_INET, &sin->sin_addr, a, sizeof a);
         snprintf(k->peer_addr, sizeof k->peer_addr, "%s:%d", a, ntohs(sin->sin_port));
     }
@@ -481,8 +506,12 @@ void cl__conn_tick(cl_conn *k, uint64_t now)
     if (k->phase == PH_DEAD)
         return;
     if (k->phase != PH_OPEN) {
-        if (cl__since(now, k->t_start_ns) > HANDSHAKE_NS) {
+        /* a connection that sends no HELLO holds a slot: it gets 1 s */
+        uint64_t limit = k->phase == PH_HELLO && k->role == WIRE_LISTENER ? HELLO_NS : HANDSHAKE_NS;
+        if (cl__since(now, k->t_start_ns) > limit) {
             rc_log(LOG_DEBUG, "cluster: handshake with %s timed out", k->peer_addr);
+            if (k->role == WIRE_LISTENER)
+                cl__count_refusal(c, k->peer_addr, true);
             cl__conn_close(k, NULL);
         }
         return;

@@ -17,24 +17,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The minor protocol version node `id` speaks (from the cluster view); -1
- * when unknown. */
-static int peer_minor(pipeline *p, const char *id)
+/* Whether node `id` speaks protocol 1.0, which has no data channels (from
+ * the cluster view; false when unknown). */
+static bool without_channels(pipeline *p, const char *id)
 {
     json_t *snap = cluster_snapshot(p->c), *n;
     size_t i;
-    int minor = -1, major;
+    int major = 0, minor = 0;
     json_array_foreach(json_object_get(snap, "nodes"), i, n) {
         const char *nid = json_string_value(json_object_get(n, "id"));
         const char *proto = json_string_value(json_object_get(n, "protocol"));
         if (nid && proto && !strcmp(nid, id)) {
             if (sscanf(proto, "%d.%d", &major, &minor) != 2)
-                minor = -1;
+                major = 0;
             break;
         }
     }
     json_decref(snap);
-    return minor;
+    return major == 1 && minor == 0;
 }
 
 /* The data channels of a shard, before it says it is ready: shard r dials
@@ -76,7 +76,7 @@ int pl__shard_link(stage_inst *si)
     /* a node of protocol 1.0 opens no channel and says nothing of it */
     bool old[PIPELINE_MAX_STAGES] = { false };
     for (int q = 0; q < si->rank; q++)
-        old[q] = strcmp(si->peers[q], p->self) && peer_minor(p, si->peers[q]) == 0;
+        old[q] = strcmp(si->peers[q], p->self) && without_channels(p, si->peers[q]);
     pthread_mutex_lock(&p->mu);
     for (int q = 0; q < si->rank; q++) {
         if (old[q] && !si->chan[q])

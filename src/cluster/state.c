@@ -1,10 +1,15 @@
 /* state.c - the state directory of a node: the cluster key (stored as its
- * join token, mode 0600), the node id, and the cache of peers met before
- * (the revocation list, revoked.json, is revoke.c's).
+ * join token, mode 0600), the node's own key pair (node.key, mode 0600) and
+ * the id it gives (node.id), and the cache of peers met before (the
+ * revocation list, revoked.json, is revoke.c's).
  *
- * Files are written to a temporary name and moved into place, so a crash
- * never leaves half a key; a new key is linked (not renamed) into place so
- * two nodes started at once on one directory agree on one key.
+ * The directory must belong to the user running the node and be writable
+ * by nobody else: whoever can replace files there can replace the keys.
+ * Files are written to a fresh temporary file (mkstemp: never a file or
+ * link someone put there), synced and moved into place, so a crash never
+ * leaves half a key; a new key is linked (not renamed) into place so two
+ * nodes started at once on one directory agree on one key.  Keys are read
+ * with O_NOFOLLOW.
  */
 #include "cluster/cluster_internal.h"
 
@@ -61,14 +66,36 @@ static int make_dirs(const char *path)
     return 0;
 }
 
+/* The directory holds keys: it must be this user's and writable by no one
+ * else, or another local user could swap them. */
+static int check_dir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return rc_fail(RC_EIO, "cannot stat %s: %s", dir, strerror(errno));
+    if (st.st_uid != geteuid())
+        return rc_fail(RC_ESTATE, "the state directory %s belongs to uid %ld, not to the user "
+                                  "running racimo (uid %ld); refusing to keep keys there "
+                                  "(use your own --state-dir)", dir, (long)st.st_uid,
+                       (long)geteuid());
+    if (st.st_mode & 022)
+        return rc_fail(RC_ESTATE, "the state directory %s is writable by %s (mode %03o); "
+                                  "refusing to keep keys there (chmod 700 %s)", dir,
+                       (st.st_mode & 002) ? "anyone" : "its group",
+                       (unsigned)(st.st_mode & 0777), dir);
+    return 0;
+}
+
 /* Reads a small file (< cap bytes) into buf, NUL-terminated, trailing
- * white space removed.  0, RC_ENOTFOUND or RC_EIO. */
+ * white space removed; a symbolic link is refused.  0, RC_ENOTFOUND or
+ * RC_EIO. */
 static int read_small(const char *path, char *buf, size_t cap)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return errno == ENOENT ? rc_fail(RC_ENOTFOUND, "%s does not exist", path)
-                               : rc_fail(RC_EIO, "cannot read %s: %s", path, strerror(errno));
+                               : rc_fail(RC_EIO, "cannot read %s: %s%s", path, strerror(errno),
+                                         errno == ELOOP ? " (a symbolic link is not taken)" : "");
     ssize_t n = read(fd, buf, cap - 1);
     close(fd);
     if (n < 0)
@@ -88,14 +115,15 @@ static int write_file(const char *path, const char *data, size_t n, int mode, bo
     char tmp[600];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
         return rc_fail(RC_ELIMIT, "path too long: %s", path);
-    int fd = mkstemp(tmp);
+    int fd = mkstemp(tmp);       /* O_EXCL: never follows a link planted there */
     if (fd < 0)
-        return rc_fail(RC_EIO, "cannot write %s: %s", tmp, strerror(errno));
+        return rc_fail(RC_EIO, "cannot write %s: %s", path, strerror(errno));
     bool ok = fchmod(fd, (mode_t)mode) == 0 && write(fd, data, n) == (ssize_t)n && fsync(fd) == 0;
     ok = close(fd) == 0 && ok;
     if (!ok) {
+        int e = errno;
         unlink(tmp);
-        return rc_fail(RC_EIO, "cannot write %s: %s", tmp, strerror(errno));
+        return rc_fail(RC_EIO, "cannot write %s: %s", tmp, strerror(e));
     }
     int r = 0;
     if (replace) {
@@ -200,36 +228,66 @@ static int load_key(struct cluster *c, bool *created)
     return 0;
 }
 
-static int load_id(struct cluster *c, uint8_t id[WIRE_ID_BYTES])
+/* This node's identity: node.key holds its secret X25519 key (64 hex
+ * digits); node.id the id it gives, written for scripts and people.  A
+ * state directory from before identities (node.id alone) gets a key pair,
+ * and so a new id: said once, when the key is made. */
+static int load_identity(struct cluster *c)
 {
-    char path[600], buf[80];
-    snprintf(path, sizeof path, "%s/node.id", c->state_dir);
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int r = read_small(path, buf, sizeof buf);
-        if (r == 0) {
-            if (wire_unhex(buf, id, WIRE_ID_BYTES) == 0)
-                return 0;
-            return rc_fail(RC_EFORMAT, "%s does not hold a node id (32 hex digits)", path);
-        }
-        if (r != RC_ENOTFOUND)
-            return r;
-        randombytes_buf(id, WIRE_ID_BYTES);
-        wire_hex(id, WIRE_ID_BYTES, buf);
+    char path[600], idpath[600], buf[160], idh[2 * WIRE_ID_BYTES + 1];
+    uint8_t sk[WIRE_PK_BYTES];
+    snprintf(path, sizeof path, "%s/node.key", c->state_dir);
+    snprintf(idpath, sizeof idpath, "%s/node.id", c->state_dir);
+    int r = read_small(path, buf, sizeof buf);
+    if (r == RC_ENOTFOUND) {
+        wire_identity_new(&c->ident);
+        wire_hex(c->ident.sk, WIRE_PK_BYTES, buf);
         strcat(buf, "\n");
-        r = write_file(path, buf, strlen(buf), 0644, false);
-        if (r == 0)
-            return 0;
-        if (r != RC_ESTATE)
+        r = write_file(path, buf, strlen(buf), 0600, false);
+        sodium_memzero(buf, sizeof buf);
+        if (r == RC_ESTATE)            /* made meanwhile: take that one */
+            return load_identity(c);
+        if (r)
+            return r;
+        char old[80];
+        wire_hex(c->ident.id, WIRE_ID_BYTES, idh);
+        if (read_small(idpath, old, sizeof old) == 0 && strcmp(old, idh))
+            rc_log(LOG_WARN, "cluster: this node now has a key pair (%s), and its id changes "
+                             "from %.32s to %s: node ids are proven by keys since cluster "
+                             "protocol 2.0", path, old, idh);
+    } else if (r) {
+        return r;
+    } else {
+        if (wire_unhex(buf, sk, WIRE_PK_BYTES)) {
+            sodium_memzero(buf, sizeof buf);
+            return rc_fail(RC_EFORMAT, "%s does not hold a node key (64 hex digits); remove it "
+                                       "to make a new one (the node's id changes)", path);
+        }
+        struct stat st;
+        if (lstat(path, &st) == 0 && (st.st_mode & 077)) {
+            rc_log(LOG_WARN, "cluster: %s was readable by others; making it owner-only", path);
+            chmod(path, 0600);
+        }
+        wire_identity_from_secret(&c->ident, sk);
+        sodium_memzero(sk, sizeof sk);
+        sodium_memzero(buf, sizeof buf);
+        wire_hex(c->ident.id, WIRE_ID_BYTES, idh);
+    }
+    char have[80];
+    if (read_small(idpath, have, sizeof have) != 0 || strcmp(have, idh)) {
+        char line[2 * WIRE_ID_BYTES + 2];
+        snprintf(line, sizeof line, "%s\n", idh);
+        if ((r = write_file(idpath, line, strlen(line), 0644, true)))
             return r;
     }
-    return rc_fail(RC_EIO, "cannot settle %s", path);
+    return 0;
 }
 
 int cl__state_init(struct cluster *c, bool *created)
 {
     int r;
     if ((r = cluster_state_dir(c->cfg.state_dir, c->state_dir, sizeof c->state_dir)) ||
-        (r = make_dirs(c->state_dir)))
+        (r = make_dirs(c->state_dir)) || (r = check_dir(c->state_dir)))
         return r;
     /* one node per state directory: two would share a node id */
     char lock[600];
@@ -240,17 +298,15 @@ int cl__state_init(struct cluster *c, bool *created)
     if (flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0)
         return rc_fail(RC_ESTATE, "the state directory %s is in use by another racimo node "
                                   "(give each node its own --state-dir)", c->state_dir);
-    if ((r = load_key(c, created)))
+    if ((r = load_key(c, created)) || (r = load_identity(c)))
         return r;
-    uint8_t id[WIRE_ID_BYTES];
-    if ((r = load_id(c, id)))
-        return r;
-    cl_node *self = cl__node_add(c, id);
+    cl_node *self = cl__node_add(c, c->ident.id);
     if (!self)
         return rc_fail(RC_ENOMEM, "cluster node table");
     self->is_self = true;
     self->up = true;
     self->member = true;
+    memcpy(self->pk, c->ident.pk, WIRE_PK_BYTES);
     snprintf(self->name, sizeof self->name, "%s", c->name);
     return 0;
 }
@@ -278,7 +334,17 @@ void cl__peers_load(struct cluster *c)
             continue;               /* removed from the cluster (or out of memory) */
         if (n->is_self)
             continue;
-        n->member = true;           /* met before */
+        /* met before: a member again when its key was kept and gives its
+         * id; an entry without one (protocol 1.x) is only a candidate */
+        uint8_t pk[WIRE_PK_BYTES], kid[WIRE_ID_BYTES];
+        const char *key = json_string_value(json_object_get(p, "key"));
+        if (key && !wire_unhex(key, pk, WIRE_PK_BYTES)) {
+            wire_id_of_key(pk, kid);
+            if (!memcmp(kid, bin, WIRE_ID_BYTES)) {
+                n->member = true;
+                memcpy(n->pk, pk, WIRE_PK_BYTES);
+            }
+        }
         json_t *port = json_object_get(p, "cluster_port");
         if (json_is_integer(port) && json_integer_value(port) > 0 && json_integer_value(port) < 65536)
             n->cluster_port = (int)json_integer_value(port);
@@ -304,9 +370,11 @@ void cl__peers_save(struct cluster *c)
         json_t *addrs = json_array();
         for (int j = 0; j < n->addrs.n_addrs; j++)
             json_array_append_new(addrs, json_string(n->addrs.addrs[j]));
-        json_array_append_new(arr, json_pack("{s:s, s:s, s:o, s:i}", "id", n->id_hex, "name",
-                                             n->name, "addresses", addrs, "cluster_port",
-                                             n->cluster_port));
+        char key[2 * WIRE_PK_BYTES + 1];
+        wire_hex(n->pk, WIRE_PK_BYTES, key);
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o, s:i}", "id", n->id_hex,
+                                             "key", key, "name", n->name, "addresses", addrs,
+                                             "cluster_port", n->cluster_port));
     }
     char *s = arr ? json_dumps(arr, JSON_INDENT(1)) : NULL;
     json_decref(arr);

@@ -1,18 +1,22 @@
-/* wire.c - join tokens, key derivation, handshake and records (wire.h).
+/* wire.c - join tokens, identities, key derivation, handshake and records
+ * (wire.h).
  *
- * Layout of HELLO (92 bytes, all integers big endian):
+ * Layout of HELLO (124 bytes, all integers big endian; 1.x had the first 92):
  *    0  "RCMO"          magic
  *    4  u16 major        protocol version
  *    6  u16 minor
  *    8  u8  role         0 dialer, 1 listener
  *    9  u8  purpose      0 the cluster link, 1 a data channel (from 1.1)
  *   10  2 bytes          reserved, sent as 0, ignored
- *   12  16 bytes         node id
+ *   12  16 bytes         node id (= wire_id_of_key of the static key)
  *   28  32 bytes         random nonce
  *   60  32 bytes         ephemeral X25519 public key (crypto_kx)
- * AUTH (56 bytes): HMAC-SHA-512-256(key_auth, "racimo-auth-v1" || role of
- * the sender || HELLO of the dialer || HELLO of the listener || header)
- * followed by the sender's secretstream header.
+ *   92  32 bytes         static X25519 public key (the node's identity, 2.0)
+ * AUTH (88 bytes): the cluster tag HMAC-SHA-512-256(key_auth,
+ * "racimo-auth-v2" || role of the sender || HELLO of the dialer || HELLO of
+ * the listener || header), the identity tag HMAC-SHA-512-256(key_confirm,
+ * "racimo-identity-v2" || role of the sender || header), then the sender's
+ * secretstream header.  key_confirm comes from key_schedule below.
  */
 #include "cluster/wire.h"
 
@@ -127,6 +131,30 @@ void wire_fingerprint(const uint8_t key[WIRE_KEY_BYTES], char out[WIRE_FP_HEX + 
     wire_hex(fp, WIRE_FP_HEX / 2, out);
 }
 
+/* ---- identities ---- */
+
+void wire_id_of_key(const uint8_t pk[WIRE_PK_BYTES], uint8_t id[WIRE_ID_BYTES])
+{
+    uint8_t h[32];
+    crypto_generichash(h, sizeof h, pk, WIRE_PK_BYTES, (const uint8_t *)"racimo node id", 14);
+    memcpy(id, h, WIRE_ID_BYTES);
+}
+
+void wire_identity_from_secret(wire_identity *out, const uint8_t sk[WIRE_PK_BYTES])
+{
+    memcpy(out->sk, sk, WIRE_PK_BYTES);
+    crypto_scalarmult_base(out->pk, out->sk);
+    wire_id_of_key(out->pk, out->id);
+}
+
+void wire_identity_new(wire_identity *out)
+{
+    uint8_t sk[WIRE_PK_BYTES];
+    randombytes_buf(sk, sizeof sk);
+    wire_identity_from_secret(out, sk);
+    sodium_memzero(sk, sizeof sk);
+}
+
 /* ---- handshake ---- */
 
 static void put16(uint8_t *p, int v)
@@ -137,7 +165,7 @@ static void put16(uint8_t *p, int v)
 static int get16(const uint8_t *p) { return p[0] << 8 | p[1]; }
 
 void wire_session_init(wire_session *s, const uint8_t key[WIRE_KEY_BYTES],
-                       const uint8_t self_id[WIRE_ID_BYTES], int role, int major, int minor,
+                       const wire_identity *self, int role, int major, int minor,
                        uint8_t hello_out[WIRE_HELLO_BYTES])
 {
     if (sodium_init() < 0) {
@@ -148,7 +176,9 @@ void wire_session_init(wire_session *s, const uint8_t key[WIRE_KEY_BYTES],
     s->role = role;
     s->major = major;
     s->minor = minor;
-    memcpy(s->self_id, self_id, WIRE_ID_BYTES);
+    memcpy(s->self_id, self->id, WIRE_ID_BYTES);
+    memcpy(s->st_pk, self->pk, WIRE_PK_BYTES);
+    memcpy(s->st_sk, self->sk, WIRE_PK_BYTES);
     crypto_kdf_derive_from_key(s->key_auth, sizeof s->key_auth, KDF_AUTH, kdf_ctx, key);
     crypto_kdf_derive_from_key(s->key_mix, sizeof s->key_mix, KDF_MIX, kdf_ctx, key);
     crypto_kx_keypair(s->kx_pk, s->kx_sk);
@@ -158,100 +188,176 @@ void wire_session_init(wire_session *s, const uint8_t key[WIRE_KEY_BYTES],
     put16(h + 6, minor);
     h[8] = (uint8_t)role;
     h[9] = h[10] = h[11] = 0;
-    memcpy(h + 12, self_id, WIRE_ID_BYTES);
+    memcpy(h + 12, self->id, WIRE_ID_BYTES);
     randombytes_buf(h + 28, 32);
     memcpy(h + 60, s->kx_pk, 32);
+    memcpy(h + 92, self->pk, WIRE_PK_BYTES);
     memcpy(hello_out, h, WIRE_HELLO_BYTES);
 }
 
-/* The tag a side with role `role` sends over both HELLOs and its header. */
-static void auth_tag(const wire_session *s, int role, const uint8_t hdr[WIRE_SSHDR_BYTES],
+static const uint8_t *hello_dialer(const wire_session *s)
+{
+    return s->role == WIRE_DIALER ? s->hello_self : s->hello_peer;
+}
+static const uint8_t *hello_listener(const wire_session *s)
+{
+    return s->role == WIRE_DIALER ? s->hello_peer : s->hello_self;
+}
+
+/* A tag a side with role `role` sends: HMAC under `key` of `label`, the
+ * role, a and b (either may be empty), then its header. */
+static void tag_over(const uint8_t key[32], const char *label, int role, const uint8_t *a,
+                     size_t na, const uint8_t *b, size_t nb, const uint8_t hdr[WIRE_SSHDR_BYTES],
                      uint8_t tag[WIRE_TAG_BYTES])
 {
-    const uint8_t *hd = s->role == WIRE_DIALER ? s->hello_self : s->hello_peer;
-    const uint8_t *hl = s->role == WIRE_DIALER ? s->hello_peer : s->hello_self;
     uint8_t r = (uint8_t)role;
     crypto_auth_hmacsha512256_state st;
-    crypto_auth_hmacsha512256_init(&st, s->key_auth, sizeof s->key_auth);
-    crypto_auth_hmacsha512256_update(&st, (const uint8_t *)"racimo-auth-v1", 14);
+    crypto_auth_hmacsha512256_init(&st, key, 32);
+    crypto_auth_hmacsha512256_update(&st, (const uint8_t *)label, strlen(label));
     crypto_auth_hmacsha512256_update(&st, &r, 1);
-    crypto_auth_hmacsha512256_update(&st, hd, WIRE_HELLO_BYTES);
-    crypto_auth_hmacsha512256_update(&st, hl, WIRE_HELLO_BYTES);
+    if (na)
+        crypto_auth_hmacsha512256_update(&st, a, na);
+    if (nb)
+        crypto_auth_hmacsha512256_update(&st, b, nb);
     crypto_auth_hmacsha512256_update(&st, hdr, WIRE_SSHDR_BYTES);
     crypto_auth_hmacsha512256_final(&st, tag);
     sodium_memzero(&st, sizeof st);
 }
 
-/* key = BLAKE2b(key_mix; label || kx key || BLAKE2b(HELLO_dialer || HELLO_listener)):
- * the ephemeral Diffie-Hellman secret and the cluster key both protect
- * the traffic. */
-static void mix_key(const wire_session *s, const char *label, const uint8_t kx[32], uint8_t out[32])
+/* The two tags of an AUTH sent by `role`: the cluster tag (K_auth over
+ * both HELLOs: proves the cluster key) and the identity tag (key_confirm,
+ * which only the holders of the static secret keys can derive). */
+static void auth_tags(const wire_session *s, int role, const uint8_t hdr[WIRE_SSHDR_BYTES],
+                      uint8_t out[2 * WIRE_TAG_BYTES])
 {
-    const uint8_t *hd = s->role == WIRE_DIALER ? s->hello_self : s->hello_peer;
-    const uint8_t *hl = s->role == WIRE_DIALER ? s->hello_peer : s->hello_self;
-    uint8_t th[32];
-    crypto_generichash_state st;
-    crypto_generichash_init(&st, NULL, 0, sizeof th);
-    crypto_generichash_update(&st, hd, WIRE_HELLO_BYTES);
-    crypto_generichash_update(&st, hl, WIRE_HELLO_BYTES);
-    crypto_generichash_final(&st, th, sizeof th);
-    crypto_generichash_init(&st, s->key_mix, sizeof s->key_mix, 32);
-    crypto_generichash_update(&st, (const uint8_t *)label, strlen(label));
-    crypto_generichash_update(&st, kx, 32);
-    crypto_generichash_update(&st, th, sizeof th);
-    crypto_generichash_final(&st, out, 32);
+    tag_over(s->key_auth, "racimo-auth-v2", role, hello_dialer(s), WIRE_HELLO_BYTES,
+             hello_listener(s), WIRE_HELLO_BYTES, hdr, out);
+    tag_over(s->key_confirm, "racimo-identity-v2", role, NULL, 0, NULL, 0, hdr,
+             out + WIRE_TAG_BYTES);
 }
 
-int wire_on_hello(wire_session *s, const uint8_t hello[WIRE_HELLO_BYTES],
-                  uint8_t auth_out[WIRE_AUTH_BYTES])
+static void hash_labelled(const uint8_t key[32], const char *label, uint8_t out[32])
 {
-    if (memcmp(hello, "RCMO", 4))
+    crypto_generichash(out, 32, (const uint8_t *)label, strlen(label), key, 32);
+}
+
+/* The key schedule (docs/cluster-protocol.md §3), Noise KK-psk style:
+ *   th  = BLAKE2b-256("racimo-hs-v2" || H_dialer || H_listener)
+ *   ck  = BLAKE2b-256(key = K_mix, th || DH(e_d, e_l) || DH(e_d, s_l) || DH(s_d, e_l))
+ *   key_d2l, key_l2d, key_confirm = BLAKE2b-256(key = ck, "d2l" / "l2d" / "confirm")
+ * The transcript hash binds both static and both ephemeral keys; the two
+ * static-ephemeral results make the keys unknowable without the static
+ * secret keys; K_mix (the cluster key as a pre-shared key) without the
+ * cluster key.  Returns -1 when a DH result is degenerate (a low-order
+ * point sent as a key). */
+static int key_schedule(wire_session *s)
+{
+    const uint8_t *peer_eph = s->hello_peer + 60, *peer_st = s->hello_peer + 92;
+    uint8_t ee[32], es[32], se[32], th[32], ck[32];
+    int bad = crypto_scalarmult(ee, s->kx_sk, peer_eph);
+    if (s->role == WIRE_DIALER) {
+        bad |= crypto_scalarmult(es, s->kx_sk, peer_st);     /* e_d . s_l */
+        bad |= crypto_scalarmult(se, s->st_sk, peer_eph);    /* s_d . e_l */
+    } else {
+        bad |= crypto_scalarmult(es, s->st_sk, peer_eph);    /* s_l . e_d */
+        bad |= crypto_scalarmult(se, s->kx_sk, peer_st);     /* e_l . s_d */
+    }
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, sizeof th);
+    crypto_generichash_update(&st, (const uint8_t *)"racimo-hs-v2", 12);
+    crypto_generichash_update(&st, hello_dialer(s), WIRE_HELLO_BYTES);
+    crypto_generichash_update(&st, hello_listener(s), WIRE_HELLO_BYTES);
+    crypto_generichash_final(&st, th, sizeof th);
+    crypto_generichash_init(&st, s->key_mix, sizeof s->key_mix, sizeof ck);
+    crypto_generichash_update(&st, th, sizeof th);
+    crypto_generichash_update(&st, ee, sizeof ee);
+    crypto_generichash_update(&st, es, sizeof es);
+    crypto_generichash_update(&st, se, sizeof se);
+    crypto_generichash_final(&st, ck, sizeof ck);
+    hash_labelled(ck, s->role == WIRE_DIALER ? "d2l" : "l2d", s->key_tx);
+    hash_labelled(ck, s->role == WIRE_DIALER ? "l2d" : "d2l", s->key_rx);
+    hash_labelled(ck, "confirm", s->key_confirm);
+    sodium_memzero(ee, sizeof ee);
+    sodium_memzero(es, sizeof es);
+    sodium_memzero(se, sizeof se);
+    sodium_memzero(ck, sizeof ck);
+    sodium_memzero(&st, sizeof st);
+    return bad ? -1 : 0;
+}
+
+int wire_hello_prefix(wire_session *s, const uint8_t *hello, size_t n)
+{
+    if (n < WIRE_HELLO_PREFIX || memcmp(hello, "RCMO", 4))
         return rc_fail(RC_EFORMAT, "not a racimo cluster node (bad magic)");
     s->peer_major = get16(hello + 4);
     s->peer_minor = get16(hello + 6);
-    memcpy(s->peer_id, hello + 12, WIRE_ID_BYTES);
     if (s->peer_major != s->major)
         return rc_fail(RC_EUNSUPPORTED,
                        "incompatible protocol versions: the peer speaks racimo cluster protocol "
                        "%d.%d, this node %d.%d (major versions must match; upgrade the older node)",
                        s->peer_major, s->peer_minor, s->major, s->minor);
+    return 0;
+}
+
+int wire_on_hello(wire_session *s, const uint8_t hello[WIRE_HELLO_BYTES],
+                  uint8_t auth_out[WIRE_AUTH_BYTES])
+{
+    int r = wire_hello_prefix(s, hello, WIRE_HELLO_BYTES);
+    memcpy(s->peer_id, hello + 12, WIRE_ID_BYTES);
+    if (r)
+        return r;
     if (hello[8] > 1 || hello[8] == s->role)
         return rc_fail(RC_EFORMAT, "the peer's HELLO claims the wrong role");
+    uint8_t given[WIRE_ID_BYTES];
+    wire_id_of_key(hello + 92, given);
+    if (memcmp(given, hello + 12, WIRE_ID_BYTES)) {
+        char claimed[2 * WIRE_ID_BYTES + 1], real[2 * WIRE_ID_BYTES + 1];
+        wire_hex(hello + 12, WIRE_ID_BYTES, claimed);
+        wire_hex(given, WIRE_ID_BYTES, real);
+        return rc_fail(RC_EINVAL, "the peer claims node id %s, its key gives %s", claimed, real);
+    }
     s->peer_channel = hello[9] == 1;
+    memcpy(s->peer_pk, hello + 92, WIRE_PK_BYTES);
     memcpy(s->hello_peer, hello, WIRE_HELLO_BYTES);
-    uint8_t rx[32], tx[32];
-    const uint8_t *peer_pk = hello + 60;
-    int r = s->role == WIRE_DIALER
-            ? crypto_kx_client_session_keys(rx, tx, s->kx_pk, s->kx_sk, peer_pk)
-            : crypto_kx_server_session_keys(rx, tx, s->kx_pk, s->kx_sk, peer_pk);
-    if (r != 0)
-        return rc_fail(RC_EFORMAT, "the peer's ephemeral key is invalid");
-    /* dialer: tx is dialer->listener; listener: rx is */
-    mix_key(s, s->role == WIRE_DIALER ? "d2l" : "l2d", tx, s->key_tx);
-    mix_key(s, s->role == WIRE_DIALER ? "l2d" : "d2l", rx, s->key_rx);
-    sodium_memzero(rx, sizeof rx);
-    sodium_memzero(tx, sizeof tx);
+    r = key_schedule(s);
     sodium_memzero(s->kx_sk, sizeof s->kx_sk);
-    uint8_t *hdr = auth_out + WIRE_TAG_BYTES;
+    sodium_memzero(s->st_sk, sizeof s->st_sk);
+    if (r)
+        return rc_fail(RC_EFORMAT, "the peer's ephemeral or static key is invalid");
+    uint8_t *hdr = auth_out + 2 * WIRE_TAG_BYTES;
     crypto_secretstream_xchacha20poly1305_init_push(&s->tx, hdr, s->key_tx);
-    auth_tag(s, s->role, hdr, auth_out);
+    auth_tags(s, s->role, hdr, auth_out);
     return 0;
 }
 
 int wire_on_auth(wire_session *s, const uint8_t auth[WIRE_AUTH_BYTES])
 {
-    uint8_t want[WIRE_TAG_BYTES];
-    const uint8_t *hdr = auth + WIRE_TAG_BYTES;
-    auth_tag(s, 1 - s->role, hdr, want);
-    int ok = sodium_memcmp(want, auth, WIRE_TAG_BYTES) == 0;
+    uint8_t want[2 * WIRE_TAG_BYTES];
+    const uint8_t *hdr = auth + 2 * WIRE_TAG_BYTES;
+    auth_tags(s, 1 - s->role, hdr, want);
+    int cluster_ok = sodium_memcmp(want, auth, WIRE_TAG_BYTES) == 0;
+    int id_ok = sodium_memcmp(want + WIRE_TAG_BYTES, auth + WIRE_TAG_BYTES, WIRE_TAG_BYTES) == 0;
     sodium_memzero(want, sizeof want);
-    if (!ok)
+    if (!cluster_ok)
         return rc_fail(RC_EINVAL, "authentication failed: the peer does not hold this "
                                   "cluster's key (a node of another cluster, or a wrong --join token)");
+    if (!id_ok) {
+        char idh[2 * WIRE_ID_BYTES + 1];
+        wire_hex(s->peer_id, WIRE_ID_BYTES, idh);
+        return rc_fail(RC_EINVAL, "identity not proven: the peer does not hold the secret key of "
+                                  "node %s, whose public key its HELLO gives", idh);
+    }
     if (crypto_secretstream_xchacha20poly1305_init_pull(&s->rx, hdr, s->key_rx) != 0)
         return rc_fail(RC_EINVAL, "the peer's stream header is invalid");
     s->established = true;
     return 0;
+}
+
+void wire_session_claim_id(wire_session *s, const uint8_t id[WIRE_ID_BYTES],
+                           uint8_t hello_out[WIRE_HELLO_BYTES])
+{
+    memcpy(s->hello_self + 12, id, WIRE_ID_BYTES);
+    memcpy(hello_out, s->hello_self, WIRE_HELLO_BYTES);
 }
 
 void wire_session_mark_channel(wire_session *s, uint8_t hello_out[WIRE_HELLO_BYTES])

@@ -6,17 +6,27 @@
  * libsodium's.  docs/cluster-protocol.md is the specification; the numbers
  * here are the ones it gives.
  *
+ * Every node has a long-term X25519 key pair (its identity); its node id is
+ * a hash of the public key, so an id cannot be claimed without the key.
+ *
  * A connection, after TCP connect:
  *   1. both sides send HELLO (WIRE_HELLO_BYTES, clear text): magic, protocol
- *      version, role, node id, a nonce and an ephemeral X25519 public key;
- *   2. each checks the other's magic and major version (a mismatch is
- *      refused with a message naming both versions), derives session keys
- *      (crypto_kx, then mixed with a key derived from the cluster key and the
- *      hash of both HELLOs) and sends AUTH: an HMAC-SHA-512-256 tag, keyed
- *      by the cluster key, over both HELLOs and its secretstream header,
- *      then the header;
- *   3. each verifies the other's tag (constant time): a node without the
- *      key cannot produce it.  From here on every byte is a RECORD:
+ *      version, role, node id, a nonce, an ephemeral X25519 public key and
+ *      the node's static public key;
+ *   2. each checks the other's magic and major version from the first
+ *      WIRE_HELLO_PREFIX bytes (a mismatch is refused with a message naming
+ *      both versions, before waiting for a HELLO whose length depends on the
+ *      version), then that the node id is the one the static key gives;
+ *      derives session keys from the cluster key (as a pre-shared key), the
+ *      hash of both HELLOs and three Diffie-Hellman results (ephemeral-
+ *      ephemeral, dialer ephemeral-listener static, dialer static-listener
+ *      ephemeral), and sends AUTH: two HMAC-SHA-512-256 tags over both HELLOs
+ *      and its secretstream header - one keyed by the cluster key alone, one
+ *      by a key derived from all of it - then the header;
+ *   3. each verifies the other's tags (constant time): a node without the
+ *      cluster key cannot produce the first, a node without the static
+ *      secret key behind the id it claims cannot produce the second.  From
+ *      here on every byte is a RECORD:
  *        u32 BE n | crypto_secretstream_xchacha20poly1305 ciphertext (n bytes)
  *      with the 4 length bytes as additional data, one stream per direction,
  *      so a replayed, reordered, truncated, tampered or forged record fails
@@ -34,15 +44,17 @@
 
 #include <sodium.h>
 
-#define WIRE_PROTO_MAJOR 1
-#define WIRE_PROTO_MINOR 3
+#define WIRE_PROTO_MAJOR 2
+#define WIRE_PROTO_MINOR 0
 
 #define WIRE_KEY_BYTES   32
 #define WIRE_ID_BYTES    16
-#define WIRE_HELLO_BYTES 92
+#define WIRE_PK_BYTES    32                    /* X25519 public or secret key */
+#define WIRE_HELLO_BYTES 124
+#define WIRE_HELLO_PREFIX 8                    /* magic and version: the same in every major */
 #define WIRE_TAG_BYTES   crypto_auth_hmacsha512256_BYTES                     /* 32 */
 #define WIRE_SSHDR_BYTES crypto_secretstream_xchacha20poly1305_HEADERBYTES   /* 24 */
-#define WIRE_AUTH_BYTES  (WIRE_TAG_BYTES + WIRE_SSHDR_BYTES)                 /* 56 */
+#define WIRE_AUTH_BYTES  (2 * WIRE_TAG_BYTES + WIRE_SSHDR_BYTES)             /* 88 */
 #define WIRE_ABYTES      crypto_secretstream_xchacha20poly1305_ABYTES        /* 17 */
 
 #define WIRE_FRAME_HDR   8
@@ -97,41 +109,78 @@ void wire_fingerprint(const uint8_t key[WIRE_KEY_BYTES], char out[WIRE_FP_HEX + 
 void wire_hex(const uint8_t *in, size_t n, char *out);
 int  wire_unhex(const char *in, uint8_t *out, size_t n);
 
+/* ---- node identities ---- */
+
+/* A node's long-term key pair and the id it gives. */
+typedef struct {
+    uint8_t pk[WIRE_PK_BYTES], sk[WIRE_PK_BYTES];
+    uint8_t id[WIRE_ID_BYTES];
+} wire_identity;
+
+/* The node id of a static public key: the first 16 bytes of
+ * BLAKE2b-256(key = "racimo node id", message = pk). */
+void wire_id_of_key(const uint8_t pk[WIRE_PK_BYTES], uint8_t id[WIRE_ID_BYTES]);
+
+/* A new random identity. */
+void wire_identity_new(wire_identity *out);
+
+/* The identity of a stored secret key (public key and id computed). */
+void wire_identity_from_secret(wire_identity *out, const uint8_t sk[WIRE_PK_BYTES]);
+
 /* ---- one connection's cryptographic state ---- */
 
 typedef struct {
     int role;                                  /* WIRE_DIALER or WIRE_LISTENER */
     int major, minor;                          /* what this side speaks */
     uint8_t self_id[WIRE_ID_BYTES];
+    uint8_t st_pk[WIRE_PK_BYTES], st_sk[WIRE_PK_BYTES];   /* this node's identity */
     uint8_t key_auth[32], key_mix[32];         /* derived from the cluster key */
     uint8_t kx_pk[32], kx_sk[32];              /* ephemeral */
     uint8_t hello_self[WIRE_HELLO_BYTES], hello_peer[WIRE_HELLO_BYTES];
-    uint8_t key_rx[32], key_tx[32];
+    uint8_t key_rx[32], key_tx[32], key_confirm[32];
     /* from the peer's HELLO: */
     int peer_major, peer_minor;
-    uint8_t peer_id[WIRE_ID_BYTES];
+    uint8_t peer_id[WIRE_ID_BYTES];            /* proven once established */
+    uint8_t peer_pk[WIRE_PK_BYTES];            /* its static public key */
     bool peer_channel;                         /* the peer's HELLO opens a data channel */
     /* after AUTH: */
     crypto_secretstream_xchacha20poly1305_state tx, rx;
     bool established, rx_final, tx_final;
 } wire_session;
 
-/* Sets up a session and writes this side's HELLO into hello_out.
- * major/minor: normally WIRE_PROTO_MAJOR/MINOR (tests pass others). */
+/* Sets up a session for this node's identity and writes this side's HELLO
+ * into hello_out.  major/minor: normally WIRE_PROTO_MAJOR/MINOR (tests pass
+ * others). */
 void wire_session_init(wire_session *s, const uint8_t key[WIRE_KEY_BYTES],
-                       const uint8_t self_id[WIRE_ID_BYTES], int role, int major, int minor,
+                       const wire_identity *self, int role, int major, int minor,
                        uint8_t hello_out[WIRE_HELLO_BYTES]);
 
-/* Checks the peer's HELLO.  0; RC_EFORMAT (not a racimo node, or the same
- * role on both ends); RC_EUNSUPPORTED when the major versions differ, with
- * a detail naming both versions.  On success writes this side's AUTH
- * message into auth_out. */
+/* Checks the first WIRE_HELLO_PREFIX bytes of the peer's HELLO (n >= that):
+ * the magic and the major version, which sit at the same place in every
+ * version.  0; RC_EFORMAT (not a racimo node); RC_EUNSUPPORTED when the major
+ * versions differ, with a detail naming both versions.  A caller checks this
+ * before waiting for the rest, whose length depends on the version. */
+int wire_hello_prefix(wire_session *s, const uint8_t *hello, size_t n);
+
+/* Checks the peer's HELLO.  0; RC_EFORMAT (not a racimo node, the same role
+ * on both ends, an invalid key); RC_EUNSUPPORTED when the major versions
+ * differ; RC_EINVAL when the node id is not the one its static key gives
+ * (the detail names both).  On success writes this side's AUTH message
+ * into auth_out. */
 int wire_on_hello(wire_session *s, const uint8_t hello[WIRE_HELLO_BYTES],
                   uint8_t auth_out[WIRE_AUTH_BYTES]);
 
-/* Verifies the peer's AUTH.  0 (the session is established) or RC_EINVAL:
- * the peer does not hold the cluster key (or the bytes were altered). */
+/* Verifies the peer's AUTH.  0 (the session is established: peer_id and
+ * peer_pk are proven) or RC_EINVAL: the peer does not hold the cluster key,
+ * or does not hold the secret key of the identity its HELLO gives (or the
+ * bytes were altered); the detail says which. */
 int wire_on_auth(wire_session *s, const uint8_t auth[WIRE_AUTH_BYTES]);
+
+/* Tests only (racimo-hooks' RACIMO_TEST_CLAIM_ID): puts another node id in
+ * this side's HELLO (not yet sent), as a member lying about who it is would.
+ * Rewrites hello_out. */
+void wire_session_claim_id(wire_session *s, const uint8_t id[WIRE_ID_BYTES],
+                           uint8_t hello_out[WIRE_HELLO_BYTES]);
 
 /* Marks this side's HELLO (not yet sent) as opening a data channel rather
  * than the cluster link: a second authenticated connection that carries

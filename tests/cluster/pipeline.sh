@@ -431,7 +431,7 @@ alone=$(complete 10.77.0.9 "$P-n9" "hello world" 12)
 kill -9 "$REF_PID"; wait "$REF_PID" 2>/dev/null; REF_PID=
 # a new two-node cluster: the old one's members (two of them killed) would
 # leave these two without a quorum, and a minority does not place models
-for i in 1 2; do rm -f "$T/n$i/cluster.key" "$T/n$i/node.id" "$T/n$i/peers.json"; done
+for i in 1 2; do rm -f "$T/n$i/cluster.key" "$T/n$i/node.key" "$T/n$i/node.id" "$T/n$i/peers.json"; done
 export MALLOC_ARENA_MAX=2
 # thread stacks of 1 MiB (glibc takes RLIMIT_STACK): the limit is for the model
 PRE="prlimit --as=$limit --stack=1048576" start_node 1 --max-memory "$offer" --parallel 2 --ctx-size 256
@@ -461,7 +461,7 @@ for i in 3 4; do
   rm -f "$T/n$i/cluster.key" "$T/n$i/node.id" "$T/n$i/peers.json"
 done
 # a member without room for a share (so that 2 of 3 keep a quorum)
-start_node 3 --join "$TOKEN" --peer 10.77.0.1 --max-memory 64M
+RACIMO_JOIN_TOKEN=$TOKEN start_node 3 --peer 10.77.0.1 --max-memory 64M
 wait_for 20 n_up 1 3 || bad "node 3 joins the limited nodes"
 pids=()
 # (200 tokens: the limited nodes hold 256 per sequence)
@@ -492,7 +492,7 @@ else bad "a request without room: $msg after $dt ms"; fi
 # a node with the memory joins: node 1 places the instance again without
 # being asked, and the next request is answered as before
 ln "$T/big.gguf" "$T/n4/models/big.gguf"
-start_node 4 --join "$TOKEN" --peer 10.77.0.1 --parallel 2 --ctx-size 256
+RACIMO_JOIN_TOKEN=$TOKEN start_node 4 --peer 10.77.0.1 --parallel 2 --ctx-size 256
 wait_for 20 n_up 1 3 || bad "node 4 joins"
 big_loaded() { view 1 | jq -e '.models[] | select(.name == "big" and .state == "loaded")' >/dev/null; }
 if wait_for 120 grep -q "model big: a node came up; placing the lost instance again" "$T/n1.out" &&
@@ -515,8 +515,8 @@ for i in 1 2; do stop_node "$i" 2>/dev/null; rm -f "$T/n$i/cluster.key" "$T/n$i/
 rm -f "$T/n3/cluster.key" "$T/n3/node.id" "$T/n3/peers.json"
 start_node 1 --parallel 1 -m "$T/n1/models/$MODEL.gguf"
 TOKEN=$("$BIN" token --state-dir "$T/n1")
-start_node 2 --join "$TOKEN" --peer 10.77.0.1 --parallel 2 -m "$T/n2/models/$MODEL.gguf"
-RACIMO_TEST_FAKE_SLOTS=10000 NODE_BIN=$HOOKS_BIN start_node 3 --join "$TOKEN" --peer 10.77.0.1 \
+RACIMO_JOIN_TOKEN=$TOKEN start_node 2 --peer 10.77.0.1 --parallel 2 -m "$T/n2/models/$MODEL.gguf"
+RACIMO_TEST_FAKE_SLOTS=10000 NODE_BIN=$HOOKS_BIN RACIMO_JOIN_TOKEN=$TOKEN start_node 3 --peer 10.77.0.1 \
   --parallel 2 -m "$T/n3/models/$MODEL.gguf"
 id2=$(cat "$T/n2/node.id") id3=$(cat "$T/n3/node.id")
 serving() { view 1 | jq -e --arg a "$id2" --arg b "$id3" --arg m "$MODEL" \
@@ -544,10 +544,10 @@ else bad "fake slots: $answered of 12 answered; forwarded $to2 to the honest nod
 stop_node 3
 for i in 1 2; do stop_node "$i"; done
 start_node 1 --pipeline-wire f32 --min-nodes 2
-start_node 2 --join "$TOKEN" --peer 10.77.0.1
+RACIMO_JOIN_TOKEN=$TOKEN start_node 2 --peer 10.77.0.1
 wait_for 20 n_up 1 2 || bad "nodes 1 and 2 up again"
 complete 10.77.0.1 "$P-n1" "${PROMPTS[0]}" 4 >/dev/null     # places the instance on 1 and 2
-RACIMO_TEST_INJECT_BATCHES=1 NODE_BIN=$HOOKS_BIN start_node 3 --join "$TOKEN" --peer 10.77.0.1
+RACIMO_TEST_INJECT_BATCHES=1 NODE_BIN=$HOOKS_BIN RACIMO_JOIN_TOKEN=$TOKEN start_node 3 --peer 10.77.0.1
 wait_for 20 n_up 1 3 || bad "the injecting node up"
 pids=()
 for k in 0 1 2 3; do for smp in 0 1; do

@@ -7,7 +7,9 @@
 #   four nodes find each other with no peer list (DNS-SD over mDNS), show
 #   one view (nodes, states, leader, links with latency and bandwidth),
 #   publish hardware, models on disk and models served; a node of another
-#   cluster is refused; avahi-browse (its own daemon, in its own namespace)
+#   cluster, one of another protocol version and a member claiming another
+#   node's id are refused; a stranger's flood of handshakes does not keep
+#   nodes from linking; avahi-browse (its own daemon, in its own namespace)
 #   lists and resolves the nodes; a rogue mDNS responder (no key: a spoofed
 #   address for a live node, hundreds of made-up nodes, answers from TTL 64
 #   and naming loopback/broadcast addresses) changes nothing in any view,
@@ -178,14 +180,49 @@ stop_node 5
 # ---- a node of this cluster that speaks another protocol version is refused,
 # with a message naming both versions (on both sides), not split off ----
 rm -rf "$T/n5"; mkdir -p "$T/n5/models"; cp "$T/n1/bench.json" "$T/n5/"; cp "$T/tiny.gguf" "$T/n5/models/"
-NODE_BIN=$HOOKS_BIN RACIMO_TEST_PROTOCOL=2.0 RACIMO_JOIN_TOKEN=$TOKEN start_node 5
+NODE_BIN=$HOOKS_BIN RACIMO_TEST_PROTOCOL=1.3 RACIMO_JOIN_TOKEN=$TOKEN start_node 5
 id5=$(id_of 5)
-if wait_for 10 grep -q "speaks racimo cluster protocol 1\.[0-9]*, this node 2.0" "$T/n5.out" && \
-   wait_for 5 grep -q "refused .*10.77.0.5.*speaks racimo cluster protocol 2.0, this node 1\.[0-9]*" "$T/n1.out" && \
+if wait_for 10 grep -q "speaks racimo cluster protocol 2\.0, this node 1\.3" "$T/n5.out" && \
+   wait_for 5 grep -q "refused .*10.77.0.5.*speaks racimo cluster protocol 1\.3, this node 2\.0" "$T/n1.out" && \
    [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 4; then
-  ok "a node of another protocol major version is refused, saying which versions differ"
-else bad "version mismatch: $(grep -h "protocol 2.0" "$T/n1.out" "$T/n5.out" | head -n 3)"; fi
+  ok "a node of another protocol major version (1.3 against 2.0) is refused, saying which versions differ"
+else bad "version mismatch: $(grep -h "protocol 1.3" "$T/n1.out" "$T/n5.out" | head -n 3)"; fi
 stop_node 5
+
+# ---- a member (it holds the token) that claims another node's id is
+# refused at its HELLO; the honest node keeps its place ----
+rm -rf "$T/n5"; mkdir -p "$T/n5/models"; cp "$T/n1/bench.json" "$T/n5/"
+id2=$(id_of 2)
+NODE_BIN=$HOOKS_BIN RACIMO_TEST_CLAIM_ID=$id2 RACIMO_JOIN_TOKEN=$TOKEN start_node 5
+id5=$(id_of 5)
+sleep 3
+if wait_for 10 grep -q "refused .*10.77.0.5.*claims node id $id2, its key gives $id5" "$T/n1.out" && \
+   [ -z "$(state_in 1 "$id5")" ] && n_up 1 4 && all_see up "$id2" 1 3 4 && \
+   [ "$(view 1 | jq -r --arg id "$id2" '.nodes[] | select(.id == $id) | .addresses | join(",")')" = 10.77.0.2 ] && \
+   [ "$(ip netns exec "$P-n3" curl -s --max-time 60 http://10.77.0.3:8080/v1/completions \
+        -d '{"model":"tiny","prompt":"hello","max_tokens":3,"temperature":0}' | jq '.choices | length')" = 1 ]; then
+  ok "a member claiming another node's id is refused and logged; that node stays up, the cluster serves"
+else bad "claimed id: $(grep -h "claims node id" "$T"/n[1-4].out | head -n 2); $(view 1 | jq -c '[.nodes[] | {name, state, addresses}]')"; fi
+stop_node 5
+
+# ---- a stranger flooding handshakes (tests/cluster/flood.py, no key): the
+# nodes keep their links, a restarted node rejoins, the flooded node logs
+# the refusals in a few summed-up lines ----
+ip netns exec "$P-obs" python3 tests/cluster/flood.py 10.77.0.1 7719 15 >"$T/flood.out" 2>&1 &
+flood=$!
+sleep 2
+stop_node 2 KILL
+wait_for $(( (DOWN_MS + SLACK_MS) / 1000 + 1 )) all_see down "$id2" 1 3 4
+RACIMO_JOIN_TOKEN=$TOKEN start_node 2 -m "$T/tiny.gguf"
+if wait_for 20 eval "all_see up $id2 1 3 4 && n_up 2 4 && n_up 1 4" && kill -0 $flood 2>/dev/null; then
+  ok "during a stranger's flood of handshakes the nodes stay linked and a restarted node rejoins"
+else bad "flood: $(for i in 1 2 3 4; do digest $i; echo; done) $(cat "$T/flood.out")"; fi
+wait $flood
+if grep -q "too many connections in handshake: closed one from 10.77.0.9" "$T/n1.out" && \
+   wait_for 12 grep -q "connections closed at once .*the last from 10.77.0.9" "$T/n1.out" && \
+   [ "$(grep -c "10.77.0.9" "$T/n1.out")" -lt 20 ] && n_up 1 4; then
+  ok "the flooded node refused the stranger's connections, logged in a few summed-up lines ($(grep -o "opened: [0-9]*" "$T/flood.out"))"
+else bad "flood log: $(grep -c "10.77.0.9" "$T/n1.out") lines; $(grep "10.77.0.9" "$T/n1.out" | head -n 3)"; fi
 
 # ---- avahi-browse sees the nodes (its own daemons, in its own namespace) ----
 if command -v avahi-browse >/dev/null && command -v avahi-daemon >/dev/null && command -v dbus-daemon >/dev/null; then
@@ -327,7 +364,7 @@ else bad "heal: $(for i in 1 2 3 4; do digest $i; echo; done)"; fi
 # ---- removing a node: refused everywhere, it cannot rejoin ----
 fresh_node5() { rm -rf "$T/n5"; mkdir -p "$T/n5/models"; cp "$T/n1/bench.json" "$T/n5/"; }
 fresh_node5
-start_node 5 --join "$TOKEN"
+RACIMO_JOIN_TOKEN=$TOKEN start_node 5
 id5=$(id_of 5)
 if wait_for 20 eval "all_see up $id5 1 2 3 4 && n_up 5 5"; then
   out=$(ip netns exec "$P-n2" "$BIN" nodes remove "${id5:0:8}" --host 10.77.0.2 --port 8080 2>&1)
@@ -346,7 +383,7 @@ st=$(ip netns exec "$P-n3" curl -s -o /dev/null -w '%{http_code}' -X POST "http:
 # restarted without its list (a removed node need not cooperate), it dials and is refused
 stop_node 5
 rm -f "$T/n5/revoked.json"
-start_node 5 --join "$TOKEN" --peer 10.77.0.1:7719
+RACIMO_JOIN_TOKEN=$TOKEN start_node 5 --peer 10.77.0.1:7719
 sleep 4
 if [ -z "$(state_in 1 "$id5")" ] && [ -z "$(state_in 3 "$id5")" ] && n_up 1 4 && \
    grep -q "refused a connection from 10.77.0.5.*(node ${id5:0:8}): that node was removed" "$T/n1.out" && \
@@ -374,7 +411,7 @@ if n_up 1 3 && n_up 2 3 && n_up 3 3 && [ "$(downs)" = "$d0" ] && wait_for 10 sam
   ok "the live members stayed linked through the rotation (no node went down in any view)"
 else bad "rotation lost links: downs $d0 -> $(downs); $(for i in 1 2 3; do digest $i; echo; done)"; fi
 fresh_node5
-start_node 5 --join "$TOKEN" --peer 10.77.0.1:7719
+RACIMO_JOIN_TOKEN=$TOKEN start_node 5 --peer 10.77.0.1:7719
 id5=$(id_of 5)
 sleep 4
 if [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 3 && \
