@@ -2,8 +2,12 @@
  * one process on loopback; B pulls layers [n/2, n) of a model only A has
  * into a sparse copy that loads and computes A's logits, then the rest,
  * which completes the file byte for byte.  Refusals: unknown models, names
- * that are paths, a symlink leading out of the models folder, a damaged
- * chunk (test hook), a peer that stops answering or goes down. */
+ * that are paths, a damaged block (test hook), a peer that stops answering
+ * or goes down.  Trust: a holder serving altered bytes is left out and the
+ * pull completes from another; a root digest that the holders' digests do
+ * not hash to is refused before the copy is sized; a peer's sizes and
+ * counts out of bounds are refused; a symlinked model is served; models
+ * outside the --export list are refused. */
 #include "test.h"
 #include "cluster_util.h"
 
@@ -72,20 +76,22 @@ static void wait_model(node *n, const char *id, const char *want)
     FAIL("node %.8s never listed model %s", id, want);
 }
 
-/* 8 layers 512 wide, F16: about 55 MB, tensors up to 1.5 MB (several
- * chunks each). */
+/* 8 layers 512 wide, F16: about 50 MB, tensors up to 1.5 MB (a block or
+ * two each).  The shard tests write 2 layers 1024 wide, whose tensors span
+ * several blocks, so that a shard's rows are not every block. */
 static const char *model_preset = "tiny";     /* what write_model writes */
+static int model_layers = 8, model_embd = 512, model_ff = 1536;
 
 static void write_model(const char *path)
 {
     synth_params p;
     CHECK_OK(synth_preset(model_preset, &p));
-    p.n_layer = 8;
-    p.n_embd = 512;
+    p.n_layer = model_layers;
+    p.n_embd = model_embd;
     if (p.n_expert > 0)
-        p.n_ff_exp = 768;
+        p.n_ff_exp = model_ff / 2;
     else
-        p.n_ff = 1536;
+        p.n_ff = model_ff;
     p.type = TT_F16;
     CHECK_OK(synth_write(path, &p));
 }
@@ -166,7 +172,7 @@ TEST_T(weights_pull_half_then_rest, 120)
     a_has_model_b_not(&a, &b, apath, sizeof apath);
 
     progress_log pl = { 0 };
-    CHECK_OK(weights_ensure(b.w, "m", 4, 8, NULL, progress, &pl, path, sizeof path));
+    CHECK_OK(weights_ensure(b.w, "m", 4, 8, NULL, NULL, progress, &pl, path, sizeof path));
     CHECK(strstr(path, "/b/models/m.gguf.part"));
     CHECK(pl.calls > 10 && pl.done == pl.total && pl.rate > 0);
     uint64_t disk, size = size_of(path, &disk);
@@ -185,16 +191,16 @@ TEST_T(weights_pull_half_then_rest, 120)
     free(lb);
     model *m;
     CHECK_INT(model_load(path, 0, 8, &m), ==, RC_ENOTFOUND);
-    CHECK(strstr(rc_errmsg(), "without layers 0-3, token_embd.weight"));
+    CHECK(strstr(rc_errmsg(), "without layers 0-3"));
 
     /* asking again fetches nothing */
     progress_log again = { 0 };
-    CHECK_OK(weights_ensure(b.w, "m", 5, 7, NULL, progress, &again, path, sizeof path));
+    CHECK_OK(weights_ensure(b.w, "m", 5, 7, NULL, NULL, progress, &again, path, sizeof path));
     CHECK_INT(again.done, ==, 0);
 
     /* the rest completes the file: renamed, manifest gone, byte for byte */
     progress_log rest = { 0 };
-    CHECK_OK(weights_ensure(b.w, "m", 0, -1, cluster_self_id(a.c), progress, &rest, path,
+    CHECK_OK(weights_ensure(b.w, "m", 0, -1, NULL, cluster_self_id(a.c), progress, &rest, path,
                             sizeof path));
     CHECK(strstr(path, "/b/models/m.gguf") && !strstr(path, ".part"));
     CHECK(access(man, F_OK) != 0);
@@ -204,7 +210,7 @@ TEST_T(weights_pull_half_then_rest, 120)
     model_free(m);
     /* now local: no transfer */
     char again_path[1024];
-    CHECK_OK(weights_ensure(b.w, "m", 0, 2, NULL, NULL, NULL, again_path, sizeof again_path));
+    CHECK_OK(weights_ensure(b.w, "m", 0, 2, NULL, NULL, NULL, NULL, again_path, sizeof again_path));
     CHECK_STR(again_path, path);
     stop(&b);
     stop(&a);
@@ -245,50 +251,51 @@ TEST_T(weights_refusals, 120)
     /* names that are paths never reach the network */
     const char *bad[] = { "../m", "a/b", ".hidden", "x..y", "" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        CHECK_INT(weights_ensure(b.w, bad[i], 0, 1, NULL, NULL, NULL, path, sizeof path), ==,
+        CHECK_INT(weights_ensure(b.w, bad[i], 0, 1, NULL, NULL, NULL, NULL, path, sizeof path), ==,
                   RC_EINVAL);
         CHECK(strstr(rc_errmsg(), "is not a plain file name"));
     }
-    CHECK_INT(weights_ensure(b.w, "m", 3, 2, NULL, NULL, NULL, path, sizeof path), ==, RC_EINVAL);
+    CHECK_INT(weights_ensure(b.w, "m", 3, 2, NULL, NULL, NULL, NULL, path, sizeof path), ==, RC_EINVAL);
     /* first == last: only the file's head (a head node's tokenizer and sizes) */
-    CHECK_OK(weights_ensure(b.w, "m", 3, 3, NULL, NULL, NULL, path, sizeof path));
-    struct stat hs;
-    CHECK(stat(path, &hs) == 0 && (uint64_t)hs.st_blocks * 512 < 1 << 20);
+    CHECK_OK(weights_ensure(b.w, "m", 3, 3, NULL, NULL, NULL, NULL, path, sizeof path));
+    struct stat hs;      /* the blocks of the head only */
+    CHECK(stat(path, &hs) == 0 && (uint64_t)hs.st_blocks * 512 <= 2 * DIGEST_BLOCK);
     gguf_file *hf;
     CHECK_OK(gguf_open_meta(path, &hf));
     gguf_close(hf);
-    CHECK_INT(weights_ensure(b.w, "nosuch", 0, 1, NULL, NULL, NULL, path, sizeof path), ==,
+    CHECK_INT(weights_ensure(b.w, "nosuch", 0, 1, NULL, NULL, NULL, NULL, path, sizeof path), ==,
               RC_ENOTFOUND);
     CHECK(strstr(rc_errmsg(), "no node in the cluster lists model 'nosuch'"));
-    CHECK_INT(weights_ensure(b.w, "m", 0, 1, "0123456789abcdef0123456789abcdef", NULL, NULL,
+    CHECK_INT(weights_ensure(b.w, "m", 0, 1, NULL, "0123456789abcdef0123456789abcdef", NULL, NULL,
                              path, sizeof path), ==, RC_ENOTFOUND);
-    CHECK(strstr(rc_errmsg(), "is not up or does not list model 'm'"));
-    CHECK_INT(weights_ensure(b.w, "m", 0, 99, NULL, NULL, NULL, path, sizeof path), ==,
+    CHECK(strstr(rc_errmsg(), "node 01234567 is not up"));
+    CHECK_INT(weights_ensure(b.w, "m", 0, 99, NULL, NULL, NULL, NULL, path, sizeof path), ==,
               RC_EINVAL);
     CHECK(strstr(rc_errmsg(), "not within the model's 8 layers"));
 
     /* a read-only folder's model is used in place, never copied */
-    CHECK_OK(weights_ensure(b.w, "r", 0, 2, NULL, NULL, NULL, path, sizeof path));
+    CHECK_OK(weights_ensure(b.w, "r", 0, 2, NULL, NULL, NULL, NULL, path, sizeof path));
     CHECK_STR(path, ropath);
 
-    /* A refuses a file that leads out of its models folder */
-    CHECK_INT(weights_ensure(b.w, "evil", 0, 1, NULL, NULL, NULL, path, sizeof path), ==,
-              RC_EINVAL);
-    CHECK(strstr(rc_errmsg(), "outside the models folder"));
+    /* a model A's owner symlinked into its models folder is listed and
+     * served through the descriptor opened when it was listed (it used to
+     * be refused as "outside the models folder") */
+    CHECK_OK(weights_ensure(b.w, "evil", 0, -1, NULL, NULL, NULL, NULL, path, sizeof path));
+    CHECK(same_bytes(path, outside));
 
     /* a damaged chunk is rejected; what was verified before stays */
     weights_test_hooks(b.w, 5, 0, 0);
-    CHECK_INT(weights_ensure(b.w, "m", 0, 4, NULL, NULL, NULL, path, sizeof path), ==,
+    CHECK_INT(weights_ensure(b.w, "m", 0, 4, NULL, NULL, NULL, NULL, path, sizeof path), ==,
               RC_EFORMAT);
-    CHECK(strstr(rc_errmsg(), "failed its hash check"));
-    CHECK(strstr(rc_errmsg(), "pulling layers 0-3 of 'm' from node"));
+    CHECK(strstr(rc_errmsg(), "do not match the model's content digest"));
+    CHECK(strstr(rc_errmsg(), "pulling layers 0-3 of 'm': ") && strstr(rc_errmsg(), "(a) sent"));
     char part[900];
     snprintf(part, sizeof part, "%s/m.gguf.part", b.models);
     model *m;
     CHECK_INT(model_load(part, 0, 4, &m), ==, RC_ENOTFOUND);
     weights_test_hooks(b.w, 0, 0, 0);
     progress_log pl = { 0 };
-    CHECK_OK(weights_ensure(b.w, "m", 0, 4, NULL, progress, &pl, path, sizeof path));
+    CHECK_OK(weights_ensure(b.w, "m", 0, 4, NULL, NULL, progress, &pl, path, sizeof path));
     CHECK_STR(path, part);
     CHECK_OK(model_load(path, 0, 4, &m));
     model_free(m);
@@ -297,20 +304,20 @@ TEST_T(weights_refusals, 120)
      * reported down */
     weights_test_hooks(a.w, 0, 1, 0);
     weights_test_hooks(b.w, 0, 0, 400);
-    CHECK_INT(weights_ensure(b.w, "m", 4, 8, NULL, NULL, NULL, path, sizeof path), ==, RC_EIO);
-    CHECK(strstr(rc_errmsg(), "did not answer within 400 ms"));
+    CHECK_INT(weights_ensure(b.w, "m", 4, 8, NULL, NULL, NULL, NULL, path, sizeof path), ==, RC_EIO);
+    CHECK(strstr(rc_errmsg(), "did not answer within"));
     weights_test_hooks(b.w, 0, 0, 20000);
     pthread_t th;
     void *args[2] = { b.w, (void *)ida };
     CHECK_OK(pthread_create(&th, NULL, down_later, args));
     uint64_t t0 = (uint64_t)time(NULL);
-    CHECK_INT(weights_ensure(b.w, "m", 4, 8, NULL, NULL, NULL, path, sizeof path), ==, RC_EIO);
+    CHECK_INT(weights_ensure(b.w, "m", 4, 8, NULL, NULL, NULL, NULL, path, sizeof path), ==, RC_EIO);
     CHECK(strstr(rc_errmsg(), "went down"));
     CHECK_INT((uint64_t)time(NULL) - t0, <, 10);
     pthread_join(th, NULL);
     /* ... and when it answers again, the pull completes */
     weights_test_hooks(a.w, 0, 0, 0);
-    CHECK_OK(weights_ensure(b.w, "m", 4, 8, NULL, NULL, NULL, path, sizeof path));
+    CHECK_OK(weights_ensure(b.w, "m", 4, 8, NULL, NULL, NULL, NULL, path, sizeof path));
     CHECK(!strstr(path, ".part"));
     CHECK(same_bytes(path, apath));
     chmod(ro, 0755);
@@ -350,12 +357,13 @@ static float *shard_logits(const char *path, int rank)
 static uint64_t pull_shard_1(node *b, const char *apath, char *path, size_t cap)
 {
     progress_log pl = { 0 };
-    CHECK_OK(weights_ensure_shard(b->w, "m", 0, -1, 1, 2, NULL, progress, &pl, path, cap));
+    CHECK_OK(weights_ensure_shard(b->w, "m", 0, -1, 1, 2, NULL, NULL, progress, &pl, path, cap));
     CHECK(strstr(path, "/b/models/m.gguf.part"));
     uint64_t size = size_of(apath, NULL);
     fprintf(stderr, "  %s shard 1 of 2 pulled %.1f of %.1f MB\n", model_preset,
             (double)pl.total / 1e6, (double)size / 1e6);
-    CHECK_INT(pl.total, <, size * 3 / 4);
+    /* whole blocks: a shard's rows of a tensor round out to DIGEST_BLOCK */
+    CHECK_INT(pl.total, <, size * 85 / 100);
     CHECK_INT(pl.total, >, size / 2);
     float *la = shard_logits(apath, 1), *lb = shard_logits(path, 1);
     CHECK(!memcmp(la, lb, sizeof(float) * 4 * 512));
@@ -371,15 +379,17 @@ TEST_T(weights_pull_shard, 120)
 {
     node a, b;
     char apath[800], path[1024];
+    model_layers = 2, model_embd = 1024, model_ff = 4096;
     a_has_model_b_not(&a, &b, apath, sizeof apath);
+    model_layers = 8, model_embd = 512, model_ff = 1536;
     uint64_t size = pull_shard_1(&b, apath, path, sizeof path);
     model *m;
     CHECK_INT(model_load_shard(path, 0, -1, 0, 2, &m), ==, RC_ENOTFOUND);
-    CHECK(strstr(rc_errmsg(), "shard 0 of 2") && strstr(rc_errmsg(), "blk.0.attn_q.weight"));
+    CHECK(strstr(rc_errmsg(), "shard 0 of 2") && strstr(rc_errmsg(), "blk."));
     CHECK_INT(model_load(path, 0, -1, &m), ==, RC_ENOTFOUND);
     /* shard 0 next: only what is still missing */
     progress_log p0 = { 0 };
-    CHECK_OK(weights_ensure_shard(b.w, "m", 0, -1, 0, 2, NULL, progress, &p0, path, sizeof path));
+    CHECK_OK(weights_ensure_shard(b.w, "m", 0, -1, 0, 2, NULL, NULL, progress, &p0, path, sizeof path));
     CHECK_INT(p0.total, <, size / 2);
     CHECK_OK(model_load_shard(path, 0, -1, 0, 2, &m));
     model_free(m);
@@ -394,7 +404,9 @@ TEST_T(weights_pull_moe_shard, 120)
     node a, b;
     char apath[800], path[1024];
     model_preset = "tiny-qwen3moe";
+    model_layers = 2, model_embd = 1024, model_ff = 4096;
     a_has_model_b_not(&a, &b, apath, sizeof apath);
+    model_layers = 8, model_embd = 512, model_ff = 1536;
     pull_shard_1(&b, apath, path, sizeof path);
     model_preset = "tiny";
     stop(&b);

@@ -28,6 +28,11 @@ typedef struct {
     bool cluster_optional;           /* a cluster that cannot be made (say, an unwritable
                                         home) leaves the node serving alone instead of
                                         failing; node_solo_why says why */
+    const char *const *model_digests; /* "NAME=HEX" content digests pulls of NAME must
+                                        match (racimo serve --model-digest) */
+    int n_model_digests;
+    bool test_alter_weights;         /* tests only (racimo-hooks): serve altered weight
+                                        bytes (weights_test_alter) */
 } node_config;
 
 void node_config_default(node_config *c);

@@ -5,7 +5,8 @@
  *   peer.c       one TCP connection: handshake, records, messages
  *   discovery.c  the mDNS responder and browser
  *   state.c      the state directory: key, node id, peers cache
- *   hw.c         hardware, the cached self-benchmark, models on disk
+ *   hw.c         hardware, the cached self-benchmark
+ *   exports.c    the model files listed to peers and served to them
  *   wire.c       handshake and record format (pure)
  *   mdns.c       DNS message format (pure)
  *
@@ -157,7 +158,8 @@ struct cluster {
 
     /* published by this node */
     cl_hw hw;                                 /* mu */
-    json_t *models;                           /* mu */
+    json_t *models;                           /* mu: what `exports` lists */
+    struct exports *exports;
     json_t *serving;                          /* mu */
     json_t *serving_free;                     /* mu: {name: free sequence slots} */
     bool self_dirty;                          /* mu: send STATE now */
@@ -219,7 +221,6 @@ void cl__hw_probe(cl_hw *h);
 void cl__hw_mem(cl_hw *h);
 int  cl__bench_cached(const char *state_dir, cl_hw *h);      /* 1 when found */
 void cl__bench_run(const char *state_dir, cl_hw *h);
-json_t *cl__models_scan(const char *models_dir, const char *ro_dirs);
 json_t *cl__hw_json(const cl_hw *h);
 
 #endif
