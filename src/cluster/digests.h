@@ -19,8 +19,10 @@
 #include <stdint.h>
 
 #define DIGEST_BYTES 32
-#define DIGEST_BLOCK (1u << 20)
-#define DIGEST_FILE_MAX (1ull << 42)          /* 4 TiB: at most 2^22 blocks, 128 MiB
+/* 256 KiB: a layer's or a shard's byte ranges round out to few extra
+ * bytes, at 128 bytes of digests per MiB of file */
+#define DIGEST_BLOCK (1u << 18)
+#define DIGEST_FILE_MAX (1ull << 41)          /* 2 TiB: at most 2^23 blocks, 256 MiB
                                                  of digests */
 #define DIGEST_HEX (2 * DIGEST_BYTES + 1)
 

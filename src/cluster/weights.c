@@ -40,7 +40,7 @@
 enum {
     W_INFO_REQ = 0x50, W_INFO = 0x51,     /* sizes and root digest */
     W_READ_REQ = 0x52, W_DATA = 0x53,     /* the bytes of a block */
-    W_MAN_REQ = 0x54, W_MAN = 0x55,       /* block digests */
+    W_DIGESTS_REQ = 0x54, W_DIGESTS = 0x55,       /* block digests */
 };
 #define NODE_HEX   33
 #define MAX_PINS   256
@@ -441,7 +441,7 @@ static int serve_digests(weights *w, const char *from, uint32_t id, const char *
     le_put32(buf + 8, first);
     le_put32(buf + 12, count);
     memcpy(buf + 16, d->d[first], (size_t)count * DIGEST_BYTES);
-    rc = cluster_send(w->c, from, W_MAN, buf, n);
+    rc = cluster_send(w->c, from, W_DIGESTS, buf, n);
     rc_free(buf);
     return rc;
 }
@@ -523,7 +523,7 @@ static void *server_thread(void *arg)
 static void on_msg(void *ud, const char *from, int type, const uint8_t *data, size_t len)
 {
     weights *w = ud;
-    if (type == W_INFO_REQ || type == W_READ_REQ || type == W_MAN_REQ) {
+    if (type == W_INFO_REQ || type == W_READ_REQ || type == W_DIGESTS_REQ) {
         pthread_mutex_lock(&w->mu);
         int mute = w->mute;
         pthread_mutex_unlock(&w->mu);
@@ -553,7 +553,7 @@ static void on_msg(void *ud, const char *from, int type, const uint8_t *data, si
             rc_log(LOG_WARN, "weights: dropped a request from node %.8s (%s)", from,
                    j ? "too many waiting" : "out of memory");
         }
-    } else if (type == W_INFO || type == W_DATA || type == W_MAN) {
+    } else if (type == W_INFO || type == W_DATA || type == W_DIGESTS) {
         on_reply(w, from, type, data, len);
     }
 }
@@ -920,13 +920,13 @@ static int remote_info(pull *p, uint64_t *size, uint64_t *head)
     return 0;
 }
 
-/* The holder's block digests, which must hash to the trusted root. */
+/* The holder's block digests, which must hash to the trusted root.  They
+ * are stored as they arrive, so memory follows what the holder actually
+ * sends, not the size it claims. */
 static int remote_digests(pull *p, uint64_t size)
 {
-    digests d;
-    int rc = digests_alloc(&d, size);
-    if (rc)
-        return rc;
+    digests d = { .size = size };
+    int rc = digests_blocks(size, &d.n);
     for (uint32_t first = 0; !rc && first < d.n;) {
         uint32_t count = d.n - first < WEIGHTS_PAGE ? d.n - first : WEIGHTS_PAGE;
         uint8_t msg[5 + WEIGHTS_NAME_MAX + 8];
@@ -937,15 +937,18 @@ static int remote_digests(pull *p, uint64_t size)
         le_put32(msg + k, first);
         le_put32(msg + k + 4, count);
         p->holder_fault = true;
-        if ((rc = request(p->w, p->node, W_MAN_REQ, msg, k + 8, &si)))
+        if ((rc = request(p->w, p->node, W_DIGESTS_REQ, msg, k + 8, &si)))
             break;
         if (!(rc = await(p->w, si, &b, &n))) {
+            uint8_t (*grown)[DIGEST_BYTES] = NULL;
             if (n != 8 + (size_t)count * DIGEST_BYTES || le_get32(b) != first ||
                 le_get32(b + 4) != count)
                 rc = rc_fail(RC_EFORMAT, "node %s: malformed block digests of model '%s'",
                              p->who, p->name);
+            else if (!(grown = rc_realloc(d.d, ((size_t)first + count) * DIGEST_BYTES)))
+                rc = rc_fail(RC_ENOMEM, "out of memory for block digests");
             else
-                memcpy(d.d[first], b + 8, (size_t)count * DIGEST_BYTES);
+                memcpy((d.d = grown)[first], b + 8, (size_t)count * DIGEST_BYTES);
         }
         release(p->w, si);
         first += count;
