@@ -62,7 +62,7 @@ static bool allowed(const exports *e, const char *name)
         return true;
     size_t n = strlen(name);
     for (const char *p = strstr(e->allow, name); p; p = strstr(p + 1, name))
-        if (p[-1] == ',' && p[n] == ',')
+        if (p > e->allow && p[-1] == ',' && p[n] == ',')
             return true;
     return false;
 }
