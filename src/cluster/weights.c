@@ -178,7 +178,7 @@ static int local_model(const weights *w, const char *name, char *out, size_t cap
 static void clean_name(const char *in, char *out, size_t cap)
 {
     size_t k = 0;
-    for (; in && *in && k + 1 < cap; in++)
+    for (; in && k + 1 < cap && *in; in++)     /* the bound first: `in` may not end in 0 */
         out[k++] = (*in >= 0x20 && *in < 0x7f) ? *in : '?';
     out[k] = 0;
 }
