@@ -78,7 +78,8 @@ int cluster_start(struct cluster *c);
  *               "state":"up"|"down","self":bool,"down_for_ms":n|null,
  *               "version","protocol","hardware":{"cores","threads","simd","cpu",
  *               "mem_total","mem_free","mem_bandwidth","matmul_gflops"},
- *               "models":[{"name","size_bytes"}],"serving":[names],
+ *               "models":[{"name","size_bytes"}] (what it serves to peers,
+ *               exports.h),"serving":[names],
  *               "serving_free":{name: free slots}}...],
  *    "links": [{"from","to","rtt_ms","bandwidth_mbps"}...]}
  * Only members (nodes met, or vouched for by one) are listed; links only
