@@ -9,6 +9,7 @@
 #include "cluster/weights.h"
 
 #include <stdio.h>
+#include <string.h>
 
 struct node {
     api_config api;           /* a copy, with the parts below filled in */
@@ -35,6 +36,18 @@ static int undo(node *n, int rc)
     snprintf(why, sizeof why, "%s", rc_errmsg());
     node_free(n);
     return rc_fail(rc, "%s", why);
+}
+
+/* "NAME=HEX" (racimo serve --model-digest). */
+static int pin_digest(weights *w, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    char name[WEIGHTS_NAME_MAX + 1];
+    uint8_t root[DIGEST_BYTES];
+    if (!eq || eq == arg || (size_t)(eq - arg) > WEIGHTS_NAME_MAX || digests_parse(eq + 1, root))
+        return rc_fail(RC_EINVAL, "--model-digest wants NAME=HEX (64 hex digits), not '%s'", arg);
+    snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
+    return weights_pin(w, name, root);
 }
 
 int node_start(const node_config *cfg, node **out)
@@ -67,6 +80,10 @@ int node_start(const node_config *cfg, node **out)
             rc = rc_fail(RC_ENOMEM, "pipeline: cannot start the test's injecting thread");
             goto fail;
         }
+        weights_test_alter(n->w, cfg->test_alter_weights);
+        for (int i = 0; i < cfg->n_model_digests; i++)
+            if ((rc = pin_digest(n->w, cfg->model_digests[i])))
+                goto fail;
         if ((rc = api_forward_new(n->c, &n->f))) {
             rc_wrap(rc, "forwarding: ");
             goto fail;

@@ -31,6 +31,11 @@ typedef struct {
     bool test_inject_batches;        /* tests only (racimo-hooks:
                                         $RACIMO_TEST_INJECT_BATCHES): a hostile member
                                         (pipeline_test_inject) */
+    const char *const *model_digests; /* "NAME=HEX" content digests pulls of NAME must
+                                        match (racimo serve --model-digest) */
+    int n_model_digests;
+    bool test_alter_weights;         /* tests only (racimo-hooks): serve altered weight
+                                        bytes (weights_test_alter) */
 } node_config;
 
 void node_config_default(node_config *c);

@@ -172,7 +172,7 @@ static int rebuild_once(api_model *m, engine_exec **x)
         model *mod = NULL;
         snprintf(path, sizeof path, "%s", m->remote ? m->local_path : m->path);
         if (m->remote)
-            rc = weights_ensure(cfg->weights, m->name, 0, -1, NULL, NULL, NULL, path, sizeof path);
+            rc = weights_ensure(cfg->weights, m->name, 0, -1, NULL, NULL, NULL, NULL, path, sizeof path);
         if (!rc)
             rc = model_load(path, 0, -1, &mod);
         stage_params sp = { .n_ctx = m->ep.n_ctx, .n_seq = m->ep.n_seq, .n_batch = m->ep.n_batch,

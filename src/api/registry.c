@@ -312,7 +312,7 @@ static int load_model(api_registry *r, api_model *m)
     const char *path = m->path;
     if (m->remote) {
         /* the head of the file only: tokenizer, template, sizes */
-        if ((rc = weights_ensure(r->cfg.weights, m->name, 0, 0, NULL, NULL, NULL, m->local_path,
+        if ((rc = weights_ensure(r->cfg.weights, m->name, 0, 0, NULL, NULL, NULL, NULL, m->local_path,
                                  sizeof m->local_path)))
             return rc;
         path = m->local_path;
@@ -336,7 +336,7 @@ static int load_model(api_registry *r, api_model *m)
         lm_close(&m->lm);
         /* it runs here alone: a model from another node is copied whole */
         if (m->remote &&
-            (rc = weights_ensure(r->cfg.weights, m->name, 0, -1, NULL, NULL, NULL, m->local_path,
+            (rc = weights_ensure(r->cfg.weights, m->name, 0, -1, NULL, NULL, NULL, NULL, m->local_path,
                                  sizeof m->local_path)))
             return rc;
         if ((rc = lm_open(&m->lm, path, true, r->template_override)))

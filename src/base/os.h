@@ -47,6 +47,11 @@ void os_map_willneed(const os_map *m, size_t off, size_t len);
  * cache keeps them; touching them again maps them back). */
 void os_mem_drop(const void *p, size_t len);
 
+/* Reads / writes exactly len bytes at off (retrying short transfers and
+ * EINTR); 0, or -1 with errno (0 at end of file). */
+int os_pread_full(int fd, void *buf, size_t len, uint64_t off);
+int os_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
+
 uint64_t os_now_ns(void);                       /* monotonic clock */
 void     os_sleep_ms(int ms);
 int      os_n_cpus(void);                       /* online logical CPUs, >= 1 */

@@ -81,6 +81,13 @@ static void usage(FILE *f)
         "                          tensor-parallel sums (default f16)\n"
         "  --cache-type f32|f16  KV cache elements of instances run here (default f32, the\n"
         "                        reference's numbers; f16 halves the cache's memory)\n"
+        "  --export NAME[,NAME]    the only models of this node's folders that peers may\n"
+        "                          pull (default: all); the others stay private: they are\n"
+        "                          not listed to peers and a request for one is refused\n"
+        "  --model-digest NAME=HEX the content digest (64 hex digits; the owner logs it as\n"
+        "                          'content digest of FILE') a copy pulled from peers must match\n"
+        "                          (repeatable; default: the digest of the node that places\n"
+        "                          the instance, else of the first node NAME is pulled from)\n"
         "  --no-cluster            serve alone, with no cluster\n");
 }
 
@@ -131,8 +138,8 @@ int cmd_serve(int argc, char **argv)
     long v;
     cluster_config cc;
     cluster_config_default(&cc);
-    const char *peers[MAX_LIST];
-    int n_peers = 0;
+    const char *peers[MAX_LIST], *digests[MAX_LIST];
+    int n_peers = 0, n_digests = 0;
     bool no_cluster = false;
     char state_dir[600], models_dir[700], listen[64], token[512];
     for (int i = 1; i < argc; i++) {
@@ -219,6 +226,11 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--join-file")) {
             if (read_token_file(val, token, sizeof token)) goto out;
             cc.join_token = token;
+        } else if (!strcmp(a, "--export")) {
+            cc.exports = val;
+        } else if (!strcmp(a, "--model-digest")) {
+            if (n_digests >= MAX_LIST) { fprintf(stderr, "racimo: serve: too many --model-digest\n"); goto out; }
+            digests[n_digests++] = val;
         } else if (!strcmp(a, "--peer")) {
             if (n_peers >= MAX_LIST) { fprintf(stderr, "racimo: serve: too many --peer\n"); goto out; }
             peers[n_peers++] = val;
@@ -309,6 +321,9 @@ int cmd_serve(int argc, char **argv)
         cc.peers = peers;
         cc.n_peers = n_peers;
         cc.http_port = cfg.port;
+        /* what the cluster lists (and serves) is what the API loads */
+        cc.models_dir = cfg.models_dir;
+        cc.ro_dirs = cfg.ro_dirs;
 #ifdef RACIMO_TEST_HOOKS
         /* racimo-hooks only (the e2e tests' misbehaving nodes): a node that
          * speaks another protocol version */
@@ -340,6 +355,13 @@ int cmd_serve(int argc, char **argv)
     node_config_default(&nc);
     nc.api = cfg;
     nc.cluster = no_cluster ? NULL : &cc;
+    nc.model_digests = digests;
+    nc.n_model_digests = n_digests;
+#ifdef RACIMO_TEST_HOOKS
+    /* racimo-hooks only: a member that flips a byte of every block it serves */
+    nc.test_alter_weights = getenv("RACIMO_TEST_ALTER_WEIGHTS") &&
+                            !strcmp(getenv("RACIMO_TEST_ALTER_WEIGHTS"), "1");
+#endif
     /* nobody asked for a cluster (say, an unwritable home): serve alone */
     nc.cluster_optional = !(cc.state_dir || getenv("RACIMO_HOME") || cc.join_token ||
                             getenv("RACIMO_JOIN_TOKEN") || n_peers);

@@ -19,6 +19,7 @@
  */
 #include "cluster/cluster_internal.h"
 #include "cluster/channel.h"
+#include "cluster/exports.h"
 
 #include "base/err.h"
 #include "base/log.h"
@@ -670,7 +671,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         c->next_state_ns = 0;
     }
     if (now >= c->next_scan_ns) {
-        json_t *m = cl__models_scan(c->models_dir, c->ro_dirs);
+        json_t *m = exports_scan(c->exports);
         pthread_mutex_lock(&c->mu);
         if (m && !json_equal(m, c->models)) {
             json_decref(c->models);
@@ -993,7 +994,9 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
     c->hw.mem_max = cfg->max_memory;
     if (cfg->bench)
         cl__bench_cached(c->state_dir, &c->hw);
-    c->models = cl__models_scan(c->models_dir, c->ro_dirs);
+    if ((r = exports_new(c->models_dir, c->ro_dirs, cfg->exports, &c->exports)))
+        goto fail;
+    c->models = exports_scan(c->exports);
     c->serving = json_array();
     c->serving_free = json_object();
     c->serving_slots = json_object();
@@ -1004,7 +1007,7 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
     }
     /* the strings were copied; none is kept */
     c->cfg.state_dir = c->cfg.join_token = c->cfg.listen_host = c->cfg.name = NULL;
-    c->cfg.advertise_host = c->cfg.models_dir = c->cfg.ro_dirs = NULL;
+    c->cfg.advertise_host = c->cfg.models_dir = c->cfg.ro_dirs = c->cfg.exports = NULL;
     c->cfg.peers = NULL;
     c->cfg.n_peers = 0;
     *out = c;
@@ -1276,6 +1279,16 @@ static int model_in_dir(const char *dir, const char *name, char *out, size_t cap
     return n > 0 && (size_t)n < cap && !stat(out, &st) && S_ISREG(st.st_mode);
 }
 
+const char *cluster_state_path(const struct cluster *c)
+{
+    return c->state_dir;
+}
+
+struct exports *cluster_exports(const struct cluster *c)
+{
+    return c->exports;
+}
+
 const char *cluster_models_dir(const struct cluster *c)
 {
     return c->models_dir;
@@ -1501,6 +1514,7 @@ void cluster_free(struct cluster *c)
         rc_free(o);
     }
     json_decref(c->models);
+    exports_free(c->exports);
     json_decref(c->serving);
     json_decref(c->serving_free);
     json_decref(c->serving_slots);

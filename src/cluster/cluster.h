@@ -52,6 +52,8 @@ typedef struct {
     int http_port;                /* this node's API port, published (0: none) */
     const char *models_dir;       /* NULL: $RACIMO_MODELS_DIR, else <state_dir>/models */
     const char *ro_dirs;          /* NULL: $RACIMO_MODELS_READ_ONLY_DIRS */
+    const char *exports;          /* comma-separated models peers may pull (racimo serve
+                                     --export); NULL: every model of the folders */
     int bench;                    /* 1 (default): measure bandwidth and matmul once and cache;
                                      0: skip (tests) */
     uint64_t max_memory;          /* most bytes this node offers to placement, published
@@ -86,7 +88,8 @@ int cluster_start(struct cluster *c);
  *               "state":"up"|"down","self":bool,"down_for_ms":n|null,
  *               "version","protocol","hardware":{"cores","threads","simd","cpu",
  *               "mem_total","mem_free","mem_bandwidth","matmul_gflops"},
- *               "models":[{"name","size_bytes"}],"serving":[names],
+ *               "models":[{"name","size_bytes"}] (what it serves to peers,
+ *               exports.h),"serving":[names],
  *               "serving_free":{name: free slots},
  *               "serving_slots":{name: slots}}...],
  *    "links": [{"from","to","rtt_ms","bandwidth_mbps"}...],
@@ -194,6 +197,14 @@ json_t *cluster_local_hardware(const char *state_dir, uint64_t max_memory, bool 
  * the read-only folders) into out.  RC_ENOTFOUND when this node has none,
  * RC_EINVAL for a name that is not a plain file name. */
 int cluster_model_path(const struct cluster *c, const char *name, char *out, size_t cap);
+
+/* The state directory in use (valid until cluster_free). */
+const char *cluster_state_path(const struct cluster *c);
+
+/* The model files this node lists and serves to peers (exports.h; valid
+ * until cluster_free). */
+struct exports;
+struct exports *cluster_exports(const struct cluster *c);
 
 /* The models folder this node uses (valid until cluster_free). */
 const char *cluster_models_dir(const struct cluster *c);

@@ -7,7 +7,8 @@
  *   state.c      the state directory: keys, node id, peers cache
  *   revoke.c     the nodes removed from the cluster: kept, spread, refused
  *   rotate.c     replacing the cluster key while members stay linked
- *   hw.c         hardware, the cached self-benchmark, models on disk
+ *   hw.c         hardware, the cached self-benchmark
+ *   exports.c    the model files listed to peers and served to them
  *   wire.c       handshake and record format (pure)
  *   mdns.c       DNS message format (pure)
  *
@@ -208,7 +209,8 @@ struct cluster {
 
     /* published by this node */
     cl_hw hw;                                 /* mu */
-    json_t *models;                           /* mu */
+    json_t *models;                           /* mu: what `exports` lists */
+    struct exports *exports;
     json_t *serving;                          /* mu */
     json_t *serving_free;                     /* mu: {name: free sequence slots} */
     json_t *serving_slots;                    /* mu: {name: sequence slots} */
@@ -310,7 +312,6 @@ void cl__hw_probe(cl_hw *h);
 void cl__hw_mem(cl_hw *h);
 int  cl__bench_cached(const char *state_dir, cl_hw *h);      /* 1 when found */
 void cl__bench_run(const char *state_dir, cl_hw *h);
-json_t *cl__models_scan(const char *models_dir, const char *ro_dirs);
 json_t *cl__hw_json(const cl_hw *h);
 
 #endif

@@ -2,8 +2,7 @@
  * memory, and two measured speeds from a short self-benchmark (memory
  * bandwidth by STREAM triad, and a Q8_0 matrix product the way generation
  * runs it), cached in <state_dir>/bench.json under the CPU model, thread
- * count and memory size so it runs once per machine.  Also the models on
- * disk (names and sizes of the .gguf files of the models folders).
+ * count and memory size so it runs once per machine.
  */
 #include "cluster/cluster_internal.h"
 
@@ -16,7 +15,6 @@
 #include "tensor/pool.h"
 #include "tensor/types.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,58 +192,4 @@ void cl__bench_run(const char *state_dir, cl_hw *h)
     if (j && bw > 0 && gf > 0 && json_dump_file(j, tmp, JSON_INDENT(1)) == 0)
         rename(tmp, path);
     json_decref(j);
-}
-
-static void scan_one(json_t *arr, const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) && json_array_size(arr) < 1024) {
-        size_t n = strlen(e->d_name);
-        if (n <= 5 || strcmp(e->d_name + n - 5, ".gguf") || e->d_name[0] == '.')
-            continue;
-        char path[1200];
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)(n - 5), e->d_name);
-        bool dup = false;
-        size_t i;
-        json_t *m;
-        json_array_foreach(arr, i, m)
-            dup = dup || !strcmp(json_string_value(json_object_get(m, "name")), name);
-        if (!dup)
-            json_array_append_new(arr, json_pack("{s:s, s:I}", "name", name, "size_bytes",
-                                                 (json_int_t)st.st_size));
-    }
-    closedir(d);
-}
-
-json_t *cl__models_scan(const char *models_dir, const char *ro_dirs)
-{
-    json_t *arr = json_array();
-    if (!arr)
-        return NULL;
-    if (models_dir && *models_dir)
-        scan_one(arr, models_dir);
-    if (ro_dirs) {
-        const char *p = ro_dirs;
-        while (*p) {
-            size_t n = strcspn(p, ":");
-            char dir[1024];
-            if (n && n < sizeof dir) {
-                memcpy(dir, p, n);
-                dir[n] = 0;
-                scan_one(arr, dir);
-            }
-            p += n;
-            if (*p == ':')
-                p++;
-        }
-    }
-    return arr;
 }

@@ -289,6 +289,8 @@ static int send_setup(pipeline *p, head_exec *h, int k)
     /* who feeds stage k its batches: it takes them from no one else */
     if (j && k > 0 && !s->tensor)
         json_object_set_new(j, "prev", json_string(s->stage[k - 1].node));
+    if (j && h->digest[0])
+        json_object_set_new(j, "digest", json_string(h->digest));
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!txt)
@@ -352,6 +354,14 @@ int pipeline_exec_new(pipeline *p, const pipeline_spec *spec, int timeout_ms,
         head_free(&h->x);
         return rc_fail(RC_ENOMEM, "out of memory");
     }
+    /* the digest every stage that pulls checks the blocks against: this
+     * node's, never the serving peer's (weights.h) */
+    uint8_t root[DIGEST_BYTES];
+    if (p->w && !weights_model_root(p->w, spec->model, root))
+        digests_hex(root, h->digest);
+    else if (p->w)
+        rc_log(LOG_WARN, "pipeline: %s; stages that lack the model will not pull it",
+               rc_errmsg());
     int rc = 0;
     for (int k = 0; k < spec->n_stages && !rc; k++)
         rc = send_setup(p, h, k);

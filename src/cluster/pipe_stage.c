@@ -140,9 +140,14 @@ static int stage_load(stage_inst *si)
                        "%d, protocol 1.2 or older; this node cuts %d): update the head's racimo",
                        si->cut, SHARD_CUT);
     int rc = cluster_model_path(si->p->c, si->model_name, path, sizeof path);
+    if (rc == RC_ENOTFOUND && si->p->w && !si->have_root)
+        return rc_fail(RC_ESTATE, "this node lacks model '%s' and the head (node %.8s) sent no "
+                       "content digest to check a pulled copy against", si->model_name,
+                       si->head);
     if (rc == RC_ENOTFOUND && si->p->w)
         rc = weights_ensure_shard(si->p->w, si->model_name, si->first, si->last, si->rank,
-                                  si->n_ranks, NULL, pull_progress, si, path, sizeof path);
+                                  si->n_ranks, si->root, NULL, pull_progress, si, path,
+                                  sizeof path);
     if (rc)
         return rc;
     if ((rc = model_load_shard(path, si->first, si->last, si->rank, si->n_ranks, &si->m)))
@@ -590,18 +595,21 @@ void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len
     json_t *j = json_loadb((const char *)data, len, 0, &jerr);
     json_int_t inst = -1, index = -1, first = -1, last = -1, n_ctx = 0, n_seq = 0, n_batch = 0,
                threads = 0, n_embd = 0, n_stages = 0;
-    const char *model_name = NULL, *next = NULL, *wire_enc = NULL, *prev = NULL;
+    const char *model_name = NULL, *next = NULL, *wire_enc = NULL, *prev = NULL, *digest = NULL;
     json_t *shards = NULL;
     json_int_t cut = 0;
     char buf[200];
     const char *bad = NULL;
-    if (!j || json_unpack(j, "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s?o, s?I, s?s}",
+    uint8_t root[32];
+    if (!j || json_unpack(j, "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s?o, s?I, s?s, s?s}",
                           "inst", &inst, "index", &index, "model", &model_name, "first", &first,
                           "last", &last, "n_ctx", &n_ctx, "n_seq", &n_seq, "n_batch", &n_batch,
                           "threads", &threads, "n_embd", &n_embd, "wire", &wire_enc, "next",
                           &next, "n_stages", &n_stages, "shards", &shards, "cut", &cut,
-                          "prev", &prev))
+                          "prev", &prev, "digest", &digest))
         bad = "malformed set-up";
+    else if (digest && digests_parse(digest, root))
+        bad = "malformed content digest";
     else
         bad = setup_check(index, n_stages, first, last, n_ctx, n_seq, n_batch, threads, n_embd,
                           model_name, next, prev, shards, buf, sizeof buf);
@@ -648,6 +656,8 @@ void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len
     si->n_embd_want = (int)n_embd;
     si->wire_f32 = !strcmp(wire_enc, "f32");
     si->cut = (int)cut;
+    if ((si->have_root = digest != NULL))
+        memcpy(si->root, root, sizeof root);
     si->n_ranks = 1;
     if (shards) {
         si->n_ranks = (int)json_array_size(shards);

@@ -117,6 +117,8 @@ typedef struct stage_inst {
     int first, last, n_ctx, n_seq, n_batch, n_threads, n_embd_want;
     bool wire_f32;
     int cut;                  /* SHARD_CUT of the head's set-up (tensor parallel) */
+    uint8_t root[DIGEST_BYTES]; /* the model's content digest the head sent (digests.h) */
+    bool have_root;
     model *m;
     stage *st;
     sample_set *ss;
@@ -172,6 +174,8 @@ typedef struct head_exec {
     pipeline *p;
     uint32_t inst;
     pipeline_spec spec;
+    char digest[DIGEST_HEX];  /* the model's content digest (hex) its stages pull against;
+                                 "" when this node knows none */
     int n_ready;
     bool stage_ok[PIPELINE_MAX_STAGES];
     char stage_err[256];

@@ -4,17 +4,19 @@
  * reply carries the id of its request and an i32 status (0, or a negative
  * RC_E* code followed by a message).  The requester keeps at most
  * WEIGHTS_WINDOW requests in flight in `slots`; the cluster thread fills a
- * slot when its reply arrives and wakes the requester, which checks hashes
- * and writes the file.  The serving side is stateless: each request opens
- * the file, preads what it needs and answers.
+ * slot when its reply arrives and wakes the requester, which checks
+ * digests and writes the file.  The serving side keeps no state per
+ * request: each one reads through the descriptor the listing opened.
  *
- * Divisions: wire helpers; names and paths; serving (cluster thread);
- * requests and replies; the pull.
+ * Divisions: names and paths; pins and local digests;
+ * serving; requests and replies; the pull.
  */
 #include "weights.h"
 #include "cluster.h"
+#include "exports.h"
 
 #include "base/err.h"
+#include "base/le.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/os.h"
@@ -36,12 +38,13 @@
 #include <unistd.h>
 
 enum {
-    W_INFO_REQ = 0x50, W_INFO = 0x51,     /* file size and head size */
-    W_READ_REQ = 0x52, W_DATA = 0x53,     /* a chunk and its hash */
-    W_HASH_REQ = 0x54, W_HASH = 0x55,     /* the hash of a byte range */
+    W_INFO_REQ = 0x50, W_INFO = 0x51,     /* sizes and root digest */
+    W_READ_REQ = 0x52, W_DATA = 0x53,     /* the bytes of a block */
+    W_DIGESTS_REQ = 0x54, W_DIGESTS = 0x55,       /* block digests */
 };
-#define HASH_BYTES 32
 #define NODE_HEX   33
+#define MAX_PINS   256
+#define MAX_TRIED  32                     /* holders one pull tries */
 
 typedef unsigned long long ull;
 
@@ -56,7 +59,7 @@ typedef struct {
 } slot;
 
 /* A request to serve, queued by the cluster thread for the serving thread
- * (reading and hashing up to a whole tensor must not stall heartbeats). */
+ * (reading and hashing must not stall heartbeats). */
 typedef struct job {
     struct job *next;
     char from[NODE_HEX];
@@ -66,64 +69,46 @@ typedef struct job {
 } job;
 #define MAX_JOBS 256
 
+typedef struct {
+    char name[WEIGHTS_NAME_MAX + 1];
+    uint8_t root[DIGEST_BYTES];
+    char from[160];          /* "the user", "node 1234abcd (name), ..." */
+} pin;
+
+/* The serving side's digests of the last file it was asked about (a pull
+ * asks for one file many times in a row). */
+typedef struct {
+    bool valid;
+    export_stat st;
+    uint64_t head;           /* bytes before the data section */
+    digests d;
+} served_digests;
+
 struct weights {
     struct cluster *c;
     char *models_dir, *ro_dirs;
+    char cache_dir[PATH_MAX];
     pthread_mutex_t jobs_mu;
     pthread_cond_t jobs_cv;
     job *jobs_head, *jobs_tail;
     int n_jobs;
     bool stopping, server_started;
     pthread_t server;
-    pthread_mutex_t mu;      /* slots, next_id, hooks */
+    served_digests served;   /* the serving thread's */
+    pthread_mutex_t mu;      /* slots, next_id, hooks, pins */
     pthread_cond_t cv;
     slot slots[WEIGHTS_WINDOW];
     uint32_t next_id;
+    pin pins[MAX_PINS];
+    int n_pins;
     pthread_mutex_t ensure_mu;   /* one pull at a time */
     uint64_t tamper_nth, n_received;
     int mute;
+    bool alter;
     int timeout_ms;
 };
 
-/* ---- wire helpers ---- */
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
-
 /* ---- names and paths ---- */
-
-static int check_name(const char *name)
-{
-    size_t n = strlen(name);
-    bool bad = n == 0 || n > WEIGHTS_NAME_MAX || name[0] == '.' || strchr(name, '/') ||
-               strchr(name, '\\') || strstr(name, "..");
-    for (size_t i = 0; i < n && !bad; i++)
-        bad = (unsigned char)name[i] < 0x20 || name[i] == 0x7f;
-    if (!bad)
-        return 0;
-    bool printable = n <= WEIGHTS_NAME_MAX;
-    for (size_t i = 0; i < n && printable; i++)
-        printable = (unsigned char)name[i] >= 0x20 && name[i] != 0x7f;
-    return rc_fail(RC_EINVAL, "model name '%s' is not a plain file name (no '/', '..', leading "
-                   "'.' or control characters, 1 to %d bytes)",
-                   printable ? name : "(unprintable)", WEIGHTS_NAME_MAX);
-}
 
 static bool is_file(const char *path)
 {
@@ -133,9 +118,9 @@ static bool is_file(const char *path)
 
 /* Calls fn(dir) for the models folder and each read-only folder until it
  * returns nonzero; returns that. */
-static int each_dir(const weights *w, int (*fn)(void *ctx, const char *dir, bool ro), void *ctx)
+static int each_dir(const weights *w, int (*fn)(void *ctx, const char *dir), void *ctx)
 {
-    int rc = fn(ctx, w->models_dir, false);
+    int rc = fn(ctx, w->models_dir);
     const char *p = w->ro_dirs ? w->ro_dirs : "";
     while (!rc && *p) {
         size_t n = strcspn(p, ":");
@@ -143,7 +128,7 @@ static int each_dir(const weights *w, int (*fn)(void *ctx, const char *dir, bool
         if (n && n < sizeof dir) {
             memcpy(dir, p, n);
             dir[n] = 0;
-            rc = fn(ctx, dir, true);
+            rc = fn(ctx, dir);
         }
         p += n;
         if (*p == ':')
@@ -159,23 +144,15 @@ typedef struct {
     int rc;
 } find_ctx;
 
-/* A complete NAME.gguf (no manifest) whose real path lies inside `dir`. */
-static int find_in_dir(void *ctx, const char *dir, bool ro)
+/* A complete NAME.gguf (no manifest) in `dir`; a symlink the owner put
+ * there counts (this is the node's own use, not a peer's request). */
+static int find_in_dir(void *ctx, const char *dir)
 {
     find_ctx *f = ctx;
-    char cand[PATH_MAX], man[PATH_MAX + 16], rd[PATH_MAX], rf[PATH_MAX];
-    (void)ro;
+    char cand[PATH_MAX], man[PATH_MAX + 16];
     if ((size_t)snprintf(cand, sizeof cand, "%s/%s.gguf", dir, f->name) >= sizeof cand ||
         !is_file(cand) || model_ranges_path(cand, man, sizeof man) || access(man, F_OK) == 0)
         return 0;
-    if (!realpath(dir, rd) || !realpath(cand, rf))
-        return 0;
-    size_t n = strlen(rd);
-    if (strncmp(rf, rd, n) || rf[n] != '/') {
-        f->rc = rc_fail(RC_EINVAL, "model '%s' resolves to %s, outside the models folder %s",
-                        f->name, rf, rd);
-        return 1;
-    }
     if ((size_t)snprintf(f->out, f->cap, "%s", cand) >= f->cap) {
         f->rc = rc_fail(RC_ELIMIT, "%s: path too long", cand);
         return 1;
@@ -185,10 +162,10 @@ static int find_in_dir(void *ctx, const char *dir, bool ro)
 }
 
 /* The path of a complete local copy of `name`, in the models folder or a
- * read-only one.  RC_ENOTFOUND, RC_EINVAL (outside the folders). */
+ * read-only one.  RC_ENOTFOUND, RC_EINVAL (a name that is not plain). */
 static int local_model(const weights *w, const char *name, char *out, size_t cap)
 {
-    int rc = check_name(name);
+    int rc = exports_check_name(name);
     if (rc)
         return rc;
     find_ctx f = { name, out, cap, 0 };
@@ -197,7 +174,114 @@ static int local_model(const weights *w, const char *name, char *out, size_t cap
     return f.rc;
 }
 
-/* ---- serving (cluster thread) ---- */
+/* A peer's name for a log line: printable ASCII only. */
+static void clean_name(const char *in, char *out, size_t cap)
+{
+    size_t k = 0;
+    for (; in && k + 1 < cap && *in; in++)     /* the bound first: `in` may not end in 0 */
+        out[k++] = (*in >= 0x20 && *in < 0x7f) ? *in : '?';
+    out[k] = 0;
+}
+
+/* "1234abcd (name)" for node `id` from the cluster view. */
+static void node_label(weights *w, const char *id, char *out, size_t cap)
+{
+    json_t *snap = cluster_snapshot(w->c), *n;
+    size_t i;
+    char name[64] = "?";
+    json_array_foreach(json_object_get(snap, "nodes"), i, n) {
+        const char *nid = json_string_value(json_object_get(n, "id"));
+        if (nid && !strcmp(nid, id))
+            clean_name(json_string_value(json_object_get(n, "name")), name, sizeof name);
+    }
+    json_decref(snap);
+    snprintf(out, cap, "%.8s (%s)", id, name);
+}
+
+/* ---- pins and local digests ---- */
+
+static pin *find_pin(weights *w, const char *name)
+{
+    for (int i = 0; i < w->n_pins; i++)
+        if (!strcmp(w->pins[i].name, name))
+            return &w->pins[i];
+    return NULL;
+}
+
+static int set_pin(weights *w, const char *name, const uint8_t root[DIGEST_BYTES],
+                   const char *from, bool replace)
+{
+    int rc = 0;
+    pthread_mutex_lock(&w->mu);
+    pin *p = find_pin(w, name);
+    if (!p && w->n_pins < MAX_PINS)
+        p = &w->pins[w->n_pins++];
+    if (!p) {
+        rc = rc_fail(RC_ELIMIT, "more than %d pinned model digests", MAX_PINS);
+    } else if (replace || !p->name[0]) {
+        snprintf(p->name, sizeof p->name, "%s", name);
+        memcpy(p->root, root, DIGEST_BYTES);
+        snprintf(p->from, sizeof p->from, "%s", from);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+static bool get_pin(weights *w, const char *name, uint8_t root[DIGEST_BYTES], char *from,
+                    size_t cap)
+{
+    pthread_mutex_lock(&w->mu);
+    pin *p = find_pin(w, name);
+    if (p) {
+        memcpy(root, p->root, DIGEST_BYTES);
+        snprintf(from, cap, "%s", p->from);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return p != NULL;
+}
+
+int weights_pin(weights *w, const char *name, const uint8_t root[DIGEST_BYTES])
+{
+    int rc = exports_check_name(name);
+    return rc ? rc : set_pin(w, name, root, "the user", true);
+}
+
+/* The digests of local file `path` (open, fstat, cache or compute). */
+static int local_digests(weights *w, const char *path, digests *d)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return rc_fail(RC_EIO, "%s: cannot open: %s", path, strerror(errno));
+    int rc;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = rc_fail(RC_EIO, "%s: not a regular file", path);
+    } else {
+        export_stat es = exports_stat(&st);
+        rc = digests_of_file(w->cache_dir, path, fd, &es, d);
+    }
+    close(fd);
+    return rc;
+}
+
+int weights_model_root(weights *w, const char *name, uint8_t root[DIGEST_BYTES])
+{
+    char path[PATH_MAX], from[160];
+    int rc = local_model(w, name, path, sizeof path);
+    if (rc == RC_ENOTFOUND && get_pin(w, name, root, from, sizeof from))
+        return 0;
+    if (rc == RC_ENOTFOUND)
+        return rc_fail(RC_ENOTFOUND, "this node neither holds model '%s' whole nor knows its "
+                       "content digest", name);
+    digests d;
+    if (rc || (rc = local_digests(w, path, &d)))
+        return rc;
+    memcpy(root, d.root, DIGEST_BYTES);
+    digests_free(&d);
+    return 0;
+}
+
+/* ---- serving (the serving thread) ---- */
 
 static void reply_error(weights *w, const char *to, int type, uint32_t id, int code)
 {
@@ -206,8 +290,8 @@ static void reply_error(weights *w, const char *to, int type, uint32_t id, int c
     if (n > 1000)
         n = 1000;
     uint8_t buf[10 + 1000];
-    put32(buf, id);
-    put32(buf + 4, (uint32_t)code);
+    le_put32(buf, id);
+    le_put32(buf + 4, (uint32_t)code);
     buf[8] = (uint8_t)n;
     buf[9] = (uint8_t)(n >> 8);
     memcpy(buf + 10, msg, n);
@@ -221,7 +305,7 @@ static int parse_request(const uint8_t *d, size_t len, size_t fields, uint32_t *
 {
     if (len < 5)
         return rc_fail(RC_EFORMAT, "weight request of %zu bytes is too short", len);
-    *id = get32(d);
+    *id = le_get32(d);
     size_t n = d[4];
     if (n == 0 || n > WEIGHTS_NAME_MAX || len != 5 + n + fields)
         return rc_fail(RC_EFORMAT, "weight request: bad name length %zu or size %zu", n, len);
@@ -230,126 +314,105 @@ static int parse_request(const uint8_t *d, size_t len, size_t fields, uint32_t *
     memcpy(name, d + 5, n);
     name[n] = 0;
     *rest = d + 5 + n;
-    return 0;
+    return exports_check_name(name);
 }
 
-static int pread_full(int fd, uint8_t *buf, size_t len, uint64_t off)
+/* The listed file of `name` (a descriptor the caller closes). */
+static int open_served(weights *w, const char *name, int *fd, export_stat *st, char *path,
+                       size_t cap)
 {
-    while (len) {
-        ssize_t r = pread(fd, buf, len, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        buf += r;
-        len -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
+    exports *e = cluster_exports(w->c);
+    if (!e)
+        return rc_fail(RC_ENOTFOUND, "this node lists no models");
+    return exports_open(e, name, fd, st, path, cap);
 }
 
-static int pwrite_full(int fd, const uint8_t *buf, size_t len, uint64_t off)
-{
-    while (len) {
-        ssize_t r = pwrite(fd, buf, len, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        buf += r;
-        len -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
-/* Hash of [off, off + len) of fd, read 1 MiB at a time. */
-static int hash_range(int fd, uint64_t off, uint64_t len, uint8_t out[HASH_BYTES])
-{
-    crypto_generichash_state st;
-    uint8_t *buf = rc_malloc(WEIGHTS_CHUNK);
-    if (!buf)
-        return rc_fail(RC_ENOMEM, "out of memory hashing");
-    crypto_generichash_init(&st, NULL, 0, HASH_BYTES);
-    while (len) {
-        size_t n = len < WEIGHTS_CHUNK ? (size_t)len : WEIGHTS_CHUNK;
-        if (pread_full(fd, buf, n, off)) {
-            rc_free(buf);
-            return rc_fail(RC_EIO, "read error at byte %llu: %s", (ull)off, strerror(errno));
-        }
-        crypto_generichash_update(&st, buf, n);
-        off += n;
-        len -= n;
-    }
-    crypto_generichash_final(&st, out, HASH_BYTES);
-    rc_free(buf);
-    return 0;
-}
-
-/* Opens the served file of `name`; *size its size. */
-static int open_served(weights *w, const char *name, int *fd, uint64_t *size)
+/* The digests of the served file of `name`, kept for the next request. */
+static int served_digests_of(weights *w, const char *name, int *fd, const digests **d)
 {
     char path[PATH_MAX];
-    int rc = local_model(w, name, path, sizeof path);
+    export_stat st;
+    int rc = open_served(w, name, fd, &st, path, sizeof path);
     if (rc)
         return rc;
-    struct stat st;
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0)
-        return rc_fail(RC_EIO, "model '%s': cannot open: %s", name, strerror(errno));
-    if (fstat(*fd, &st) != 0) {
-        close(*fd);
-        return rc_fail(RC_EIO, "model '%s': cannot stat: %s", name, strerror(errno));
+    served_digests *s = &w->served;
+    if (!s->valid || memcmp(&s->st, &st, sizeof st)) {
+        digests_free(&s->d);
+        s->valid = false;
+        /* the head is parsed from the listed descriptor, not the path */
+        char fdpath[PATH_MAX];
+#ifdef __linux__
+        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", *fd);
+#else
+        snprintf(fdpath, sizeof fdpath, "%s", path);
+#endif
+        gguf_file *f = NULL;
+        if ((rc = gguf_open_meta(fdpath, &f)) ||
+            (rc = digests_of_file(w->cache_dir, path, *fd, &st, &s->d))) {
+            gguf_close(f);
+            close(*fd);
+            return rc_wrap(rc, "model '%s': ", name);
+        }
+        s->head = f->data_offset;
+        gguf_close(f);
+        s->st = st;
+        s->valid = true;
     }
-    *size = (uint64_t)st.st_size;
+    *d = &s->d;
     return 0;
 }
 
 static int serve_info(weights *w, const char *from, uint32_t id, const char *name)
 {
-    char path[PATH_MAX];
-    gguf_file *f;
-    int rc = local_model(w, name, path, sizeof path);
-    if (rc || (rc = gguf_open_meta(path, &f)))
+    const digests *d;
+    int fd, rc = served_digests_of(w, name, &fd, &d);
+    if (rc)
         return rc;
-    uint8_t buf[24];
-    put32(buf, id);
-    put32(buf + 4, 0);
-    put64(buf + 8, f->size_bytes);
-    put64(buf + 16, f->data_offset);
-    gguf_close(f);
+    close(fd);
+    uint8_t buf[8 + 8 + 8 + 4 + DIGEST_BYTES];
+    le_put32(buf, id);
+    le_put32(buf + 4, 0);
+    le_put64(buf + 8, d->size);
+    le_put64(buf + 16, w->served.head);
+    le_put32(buf + 24, DIGEST_BLOCK);
+    memcpy(buf + 28, d->root, DIGEST_BYTES);
     return cluster_send(w->c, from, W_INFO, buf, sizeof buf);
 }
 
 static int serve_read(weights *w, const char *from, uint32_t id, const char *name,
                       const uint8_t *rest)
 {
-    uint64_t off = get64(rest), size;
-    uint32_t len = get32(rest + 8);
+    uint64_t off = le_get64(rest);
+    uint32_t len = le_get32(rest + 8);
+    export_stat st;
     int fd, rc;
     if (len == 0 || len > WEIGHTS_CHUNK)
-        return rc_fail(RC_EINVAL, "chunk of %u bytes (1 to %u)", len, WEIGHTS_CHUNK);
-    if ((rc = open_served(w, name, &fd, &size)))
+        return rc_fail(RC_EINVAL, "read of %u bytes (1 to %u)", len, WEIGHTS_CHUNK);
+    if ((rc = open_served(w, name, &fd, &st, NULL, 0)))
         return rc;
-    if (off > size || len > size - off) {
+    if (off > st.size || len > st.size - off) {
         close(fd);
         return rc_fail(RC_ERANGE, "bytes [%llu, %llu) lie outside model '%s' (%llu bytes)",
-                       (ull)off, (ull)off + len, name, (ull)size);
+                       (ull)off, (ull)off + len, name, (ull)st.size);
     }
-    const size_t hdr = 4 + 4 + 8 + 4 + HASH_BYTES;
+    const size_t hdr = 4 + 4 + 8 + 4;
     uint8_t *buf = rc_malloc(hdr + len);
     if (!buf) {
         close(fd);
-        return rc_fail(RC_ENOMEM, "out of memory for a chunk");
+        return rc_fail(RC_ENOMEM, "out of memory for a block");
     }
-    if (pread_full(fd, buf + hdr, len, off)) {
+    if (os_pread_full(fd, buf + hdr, len, off)) {
         rc = rc_fail(RC_EIO, "model '%s': read error at byte %llu", name, (ull)off);
     } else {
-        put32(buf, id);
-        put32(buf + 4, 0);
-        put64(buf + 8, off);
-        put32(buf + 16, len);
-        crypto_generichash(buf + 20, HASH_BYTES, buf + hdr, len, NULL, 0);
+        le_put32(buf, id);
+        le_put32(buf + 4, 0);
+        le_put64(buf + 8, off);
+        le_put32(buf + 16, len);
+        pthread_mutex_lock(&w->mu);
+        bool alter = w->alter;
+        pthread_mutex_unlock(&w->mu);
+        if (alter)                       /* tests only: a member serving poisoned bytes */
+            buf[hdr + len / 2] ^= 0x01;
         rc = cluster_send(w->c, from, W_DATA, buf, hdr + len);
     }
     rc_free(buf);
@@ -357,54 +420,62 @@ static int serve_read(weights *w, const char *from, uint32_t id, const char *nam
     return rc;
 }
 
-static int serve_hash(weights *w, const char *from, uint32_t id, const char *name,
-                      const uint8_t *rest)
+static int serve_digests(weights *w, const char *from, uint32_t id, const char *name,
+                         const uint8_t *rest)
 {
-    uint64_t off = get64(rest), len = get64(rest + 8), size;
-    int fd, rc;
-    if ((rc = open_served(w, name, &fd, &size)))
-        return rc;
-    uint8_t buf[4 + 4 + 8 + 8 + HASH_BYTES];
-    if (off > size || len > size - off)
-        rc = rc_fail(RC_ERANGE, "bytes [%llu, %llu) lie outside model '%s' (%llu bytes)",
-                     (ull)off, (ull)(off + len), name, (ull)size);
-    else
-        rc = hash_range(fd, off, len, buf + 24);
-    close(fd);
+    uint32_t first = le_get32(rest), count = le_get32(rest + 4);
+    const digests *d;
+    int fd, rc = served_digests_of(w, name, &fd, &d);
     if (rc)
         return rc;
-    put32(buf, id);
-    put32(buf + 4, 0);
-    put64(buf + 8, off);
-    put64(buf + 16, len);
-    return cluster_send(w->c, from, W_HASH, buf, sizeof buf);
+    close(fd);
+    if (count == 0 || count > WEIGHTS_PAGE || first > d->n || count > d->n - first)
+        return rc_fail(RC_ERANGE, "block digests [%u, %llu) of model '%s' (%u blocks; at most "
+                       "%d a message)", first, (ull)first + count, name, d->n, WEIGHTS_PAGE);
+    size_t n = 16 + (size_t)count * DIGEST_BYTES;
+    uint8_t *buf = rc_malloc(n);
+    if (!buf)
+        return rc_fail(RC_ENOMEM, "out of memory for block digests");
+    le_put32(buf, id);
+    le_put32(buf + 4, 0);
+    le_put32(buf + 8, first);
+    le_put32(buf + 12, count);
+    memcpy(buf + 16, d->d[first], (size_t)count * DIGEST_BYTES);
+    rc = cluster_send(w->c, from, W_DIGESTS, buf, n);
+    rc_free(buf);
+    return rc;
 }
 
 static void serve(weights *w, const char *from, int type, const uint8_t *data, size_t len)
 {
-    static const size_t fields[] = { [0] = 0, [1] = 8 + 4, [2] = 8 + 8 };
+    static const size_t fields[] = { [0] = 0, [1] = 8 + 4, [2] = 4 + 4 };
     const int k = (type - W_INFO_REQ) / 2;
     char name[WEIGHTS_NAME_MAX + 1];
     const uint8_t *rest = NULL;
-    uint32_t id = len >= 4 ? get32(data) : 0;
+    uint32_t id = len >= 4 ? le_get32(data) : 0;
     int rc = parse_request(data, len, fields[k], &id, name, &rest);
     if (!rc)
         rc = type == W_INFO_REQ ? serve_info(w, from, id, name)
            : type == W_READ_REQ ? serve_read(w, from, id, name, rest)
-           : serve_hash(w, from, id, name, rest);
-    if (rc && rc != RC_ENOTFOUND)
+           : serve_digests(w, from, id, name, rest);
+    if (rc == RC_ESTATE) {
+        char who[96];
+        node_label(w, from, who, sizeof who);
+        rc_log(LOG_WARN, "weights: refused node %s model '%s': it is not exported by this "
+               "node (racimo serve --export)", who, name);
+    } else if (rc && rc != RC_ENOTFOUND) {
         rc_log(LOG_WARN, "weights: request from node %.8s: %s", from, rc_errmsg());
+    }
     if (rc)
         reply_error(w, from, type + 1, id, rc);
 }
-
 /* ---- requests and replies ---- */
 
 static void on_reply(weights *w, const char *from, int type, const uint8_t *data, size_t len)
 {
     if (len < 8)
         return;
-    uint32_t id = get32(data);
+    uint32_t id = le_get32(data);
     pthread_mutex_lock(&w->mu);
     for (int i = 0; i < WEIGHTS_WINDOW; i++) {
         slot *s = &w->slots[i];
@@ -414,7 +485,7 @@ static void on_reply(weights *w, const char *from, int type, const uint8_t *data
         if (s->reply) {
             memcpy(s->reply, data, len);
             s->len = len;
-            if (type == W_DATA && get32(data + 4) == 0 && len > 52 &&
+            if (type == W_DATA && le_get32(data + 4) == 0 && len > 20 &&
                 ++w->n_received == w->tamper_nth)
                 s->reply[len - 1] ^= 0x5a;       /* the test hook: a damaged chunk */
         } else {
@@ -452,7 +523,7 @@ static void *server_thread(void *arg)
 static void on_msg(void *ud, const char *from, int type, const uint8_t *data, size_t len)
 {
     weights *w = ud;
-    if (type == W_INFO_REQ || type == W_READ_REQ || type == W_HASH_REQ) {
+    if (type == W_INFO_REQ || type == W_READ_REQ || type == W_DIGESTS_REQ) {
         pthread_mutex_lock(&w->mu);
         int mute = w->mute;
         pthread_mutex_unlock(&w->mu);
@@ -482,7 +553,7 @@ static void on_msg(void *ud, const char *from, int type, const uint8_t *data, si
             rc_log(LOG_WARN, "weights: dropped a request from node %.8s (%s)", from,
                    j ? "too many waiting" : "out of memory");
         }
-    } else if (type == W_INFO || type == W_DATA || type == W_HASH) {
+    } else if (type == W_INFO || type == W_DATA || type == W_DIGESTS) {
         on_reply(w, from, type, data, len);
     }
 }
@@ -529,7 +600,7 @@ static int request(weights *w, const char *node, int type, uint8_t *msg, size_t 
     s->id = ++w->next_id;
     s->reply_type = type + 1;
     snprintf(s->node, sizeof s->node, "%s", node);
-    put32(msg, s->id);
+    le_put32(msg, s->id);
     pthread_mutex_unlock(&w->mu);
     int rc = cluster_send(w->c, node, type, msg, len);
     if (rc) {
@@ -540,15 +611,18 @@ static int request(weights *w, const char *node, int type, uint8_t *msg, size_t 
     return 0;
 }
 
-/* Waits for slot si's reply; on success *body points past id and status
- * (valid until release). */
-static int await(weights *w, int si, const uint8_t **body, size_t *body_len)
+/* Waits for slot si's reply, up to timeout_ms (0: the default); on
+ * success *body points past id and status (valid until release). */
+static int await_for(weights *w, int si, int timeout_ms, const uint8_t **body,
+                     size_t *body_len)
 {
     slot *s = &w->slots[si];
     struct timespec dl;
+    if (timeout_ms <= 0)
+        timeout_ms = w->timeout_ms;
     clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += w->timeout_ms / 1000;
-    dl.tv_nsec += (long)(w->timeout_ms % 1000) * 1000000L;
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
     if (dl.tv_nsec >= 1000000000L) {
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
@@ -560,46 +634,49 @@ static int await(weights *w, int si, const uint8_t **body, size_t *body_len)
     bool done = s->done;
     pthread_mutex_unlock(&w->mu);
     if (!done)
-        return rc_fail(RC_EIO, "node %.8s did not answer within %d ms", s->node, w->timeout_ms);
+        return rc_fail(RC_EIO, "node %.8s did not answer within %d ms", s->node, timeout_ms);
     if (!s->reply)
         return rc_fail(RC_EIO, "%s", s->err);
-    int32_t status = (int32_t)get32(s->reply + 4);
+    int32_t status = (int32_t)le_get32(s->reply + 4);
     if (status != 0) {
         size_t n = s->len >= 10 ? (size_t)(s->reply[8] | s->reply[9] << 8) : 0;
         if (n > s->len - 10 || s->len < 10)
             n = 0;
         int code = status >= RC_ESTATE && status < 0 ? status : RC_EIO;
-        return rc_fail(code, "node %.8s: %.*s", s->node, (int)n, (const char *)s->reply + 10);
+        char msg[1001];
+        clean_name(n ? (const char *)s->reply + 10 : "", msg, n + 1 < sizeof msg ? n + 1 : sizeof msg);
+        return rc_fail(code, "node %.8s: %s", s->node, msg);
     }
     *body = s->reply + 8;
     *body_len = s->len - 8;
     return 0;
 }
 
+static int await(weights *w, int si, const uint8_t **body, size_t *body_len)
+{
+    return await_for(w, si, 0, body, body_len);
+}
+
 /* ---- the pull ---- */
 
 typedef struct {
-    uint64_t start, end;
-    const char *what;        /* tensor name, "the file head", "padding" */
-    uint64_t left;           /* chunks not yet written */
-} unit;
-
-typedef struct {
     weights *w;
-    const char *name, *node;
+    const char *name;
+    char node[NODE_HEX];         /* the holder in use */
+    char who[96];                /* its id and name, for messages */
     int fd;
+    const char *part, *dfile;    /* the copy and its block digests */
     model_ranges *ranges;
+    digests dig;                 /* checked against root; dig.d NULL until then */
+    uint8_t root[DIGEST_BYTES];
+    bool have_root, root_tofu;   /* root_tofu: taken from the holder in use */
+    char root_from[160];         /* who vouched for root */
+    uint64_t listed_bytes;       /* the holder's listed size (for the first reply's wait) */
     weights_progress_fn progress;
     void *ud;
     uint64_t done, total, t0;
+    bool holder_fault;           /* the last failure was the holder's: try another */
 } pull;
-
-typedef struct {
-    int slot;
-    bool is_hash;
-    size_t unit;
-    uint64_t off, len;
-} inflight;
 
 static size_t req_header(uint8_t *msg, const char *name)
 {
@@ -609,59 +686,45 @@ static size_t req_header(uint8_t *msg, const char *name)
     return 5 + n;
 }
 
-static int send_read(pull *p, uint64_t off, uint64_t len, int *si)
+static int send_read(pull *p, uint64_t off, uint32_t len, int *si)
 {
     uint8_t msg[5 + WEIGHTS_NAME_MAX + 12];
     size_t k = req_header(msg, p->name);
-    put64(msg + k, off);
-    put32(msg + k + 8, (uint32_t)len);
+    le_put64(msg + k, off);
+    le_put32(msg + k + 8, len);
     return request(p->w, p->node, W_READ_REQ, msg, k + 12, si);
 }
 
-static int send_hash(pull *p, uint64_t off, uint64_t len, int *si)
+static uint32_t block_len(const digests *d, uint32_t b)
 {
-    uint8_t msg[5 + WEIGHTS_NAME_MAX + 16];
-    size_t k = req_header(msg, p->name);
-    put64(msg + k, off);
-    put64(msg + k + 8, len);
-    return request(p->w, p->node, W_HASH_REQ, msg, k + 16, si);
+    uint64_t off = (uint64_t)b * DIGEST_BLOCK;
+    return d->size - off < DIGEST_BLOCK ? (uint32_t)(d->size - off) : DIGEST_BLOCK;
 }
 
-/* The peer's hash of [off, off + len). */
-static int remote_hash(pull *p, uint64_t off, uint64_t len, uint8_t out[HASH_BYTES])
+/* A block's reply: it must answer the request and match its digest; then
+ * it is written and counts as verified. */
+static int take_block(pull *p, uint32_t b, const uint8_t *body, size_t n)
 {
-    int si, rc = send_hash(p, off, len, &si);
-    const uint8_t *b;
-    size_t n;
+    uint64_t off = (uint64_t)b * DIGEST_BLOCK;
+    uint32_t len = block_len(&p->dig, b);
+    uint8_t h[DIGEST_BYTES];
+    p->holder_fault = true;
+    if (n != 12 + (size_t)len || le_get64(body) != off || le_get32(body + 8) != len)
+        return rc_fail(RC_EFORMAT, "node %s: malformed reply for bytes [%llu, %llu) of model "
+                       "'%s'", p->who, (ull)off, (ull)(off + len), p->name);
+    digests_block(body + 12, len, h);
+    if (sodium_memcmp(h, p->dig.d[b], DIGEST_BYTES))
+        return rc_fail(RC_EFORMAT, "node %s sent bytes [%llu, %llu) of model '%s' that do not "
+                       "match the model's content digest; nothing of them was kept", p->who,
+                       (ull)off, (ull)(off + len), p->name);
+    p->holder_fault = false;
+    if (os_pwrite_full(p->fd, body + 12, len, off))
+        return rc_fail(RC_EIO, "model '%s': cannot write bytes [%llu, %llu) of the copy: %s",
+                       p->name, (ull)off, (ull)(off + len), strerror(errno));
+    int rc = model_ranges_add(p->ranges, off, off + len);
     if (rc)
         return rc;
-    if (!(rc = await(p->w, si, &b, &n))) {
-        if (n != 16 + HASH_BYTES || get64(b) != off || get64(b + 8) != len)
-            rc = rc_fail(RC_EFORMAT, "node %.8s: malformed hash reply", p->node);
-        else
-            memcpy(out, b + 16, HASH_BYTES);
-    }
-    release(p->w, si);
-    return rc;
-}
-
-/* A chunk's reply: check it answers the request and its hash, write it. */
-static int take_chunk(pull *p, const inflight *q, const unit *u, const uint8_t *b, size_t n)
-{
-    uint8_t h[HASH_BYTES];
-    if (n != 12 + HASH_BYTES + q->len || get64(b) != q->off || get32(b + 8) != q->len)
-        return rc_fail(RC_EFORMAT, "node %.8s: malformed chunk reply for bytes [%llu, %llu) of "
-                       "model '%s'", p->node, (ull)q->off, (ull)(q->off + q->len), p->name);
-    const uint8_t *data = b + 12 + HASH_BYTES;
-    crypto_generichash(h, HASH_BYTES, data, (size_t)q->len, NULL, 0);
-    if (sodium_memcmp(h, b + 12, HASH_BYTES))
-        return rc_fail(RC_EFORMAT, "model '%s' from node %.8s: the chunk of bytes [%llu, %llu) "
-                       "(%s) failed its hash check; nothing of it was kept", p->name, p->node,
-                       (ull)q->off, (ull)(q->off + q->len), u->what);
-    if (pwrite_full(p->fd, data, (size_t)q->len, q->off))
-        return rc_fail(RC_EIO, "model '%s': cannot write bytes [%llu, %llu) of the copy: %s",
-                       p->name, (ull)q->off, (ull)(q->off + q->len), strerror(errno));
-    p->done += q->len;
+    p->done += len;
     if (p->progress) {
         double s = (double)(os_now_ns() - p->t0) * 1e-9;
         p->progress(p->ud, p->done, p->total, s > 0 ? (double)p->done / s : 0.0);
@@ -669,65 +732,36 @@ static int take_chunk(pull *p, const inflight *q, const unit *u, const uint8_t *
     return 0;
 }
 
-/* A unit is complete: the peer's hash of the whole unit must match the
- * bytes written, then the range counts as verified. */
-static int take_hash(pull *p, const unit *u, const uint8_t *b, size_t n)
+/* Fetches blocks b[0..n), WEIGHTS_WINDOW reads in flight. */
+static int fetch_blocks(pull *p, const uint32_t *b, size_t n)
 {
-    uint8_t mine[HASH_BYTES];
-    int rc;
-    if (n != 16 + HASH_BYTES || get64(b) != u->start || get64(b + 8) != u->end - u->start)
-        return rc_fail(RC_EFORMAT, "node %.8s: malformed hash reply", p->node);
-    if ((rc = hash_range(p->fd, u->start, u->end - u->start, mine)))
-        return rc_wrap(rc, "model '%s': checking %s: ", p->name, u->what);
-    if (sodium_memcmp(mine, b + 16, HASH_BYTES))
-        return rc_fail(RC_EFORMAT, "model '%s' from node %.8s: %s (bytes [%llu, %llu)) does not "
-                       "match the peer's hash of it", p->name, p->node, u->what,
-                       (ull)u->start, (ull)u->end);
-    return model_ranges_add(p->ranges, u->start, u->end);
-}
-
-/* Fetches every unit in chunks, WEIGHTS_WINDOW requests in flight. */
-static int fetch_units(pull *p, unit *units, size_t n_units)
-{
-    inflight q[WEIGHTS_WINDOW];
-    size_t head = 0, count = 0, cu = 0;
-    uint64_t coff = n_units ? units[0].start : 0;
+    struct { int slot; uint32_t blk; } q[WEIGHTS_WINDOW];
+    size_t head = 0, count = 0, next = 0;
     int rc = 0;
-    for (size_t i = 0; i < n_units; i++)
-        units[i].left = (units[i].end - units[i].start + WEIGHTS_CHUNK - 1) / WEIGHTS_CHUNK;
-    while (!rc && (cu < n_units || count)) {
-        while (!rc && cu < n_units && count < WEIGHTS_WINDOW) {
-            inflight *x = &q[(head + count) % WEIGHTS_WINDOW];
-            uint64_t len = units[cu].end - coff;
-            x->is_hash = false;
-            x->unit = cu;
-            x->off = coff;
-            x->len = len < WEIGHTS_CHUNK ? len : WEIGHTS_CHUNK;
-            if ((rc = send_read(p, x->off, x->len, &x->slot)))
+    while (!rc && (next < n || count)) {
+        while (!rc && next < n && count < WEIGHTS_WINDOW) {
+            size_t k = (head + count) % WEIGHTS_WINDOW;
+            q[k].blk = b[next];
+            if ((rc = send_read(p, (uint64_t)b[next] * DIGEST_BLOCK, block_len(&p->dig, b[next]),
+                                &q[k].slot))) {
+                p->holder_fault = true;
                 break;
+            }
             count++;
-            coff += x->len;
-            if (coff == units[cu].end && ++cu < n_units)
-                coff = units[cu].start;
+            next++;
         }
         if (rc || !count)
             break;
-        inflight x = q[head];
+        size_t k = head;
         head = (head + 1) % WEIGHTS_WINDOW;
         count--;
-        const uint8_t *b;
-        size_t n;
-        unit *u = &units[x.unit];
-        if (!(rc = await(p->w, x.slot, &b, &n)))
-            rc = x.is_hash ? take_hash(p, u, b, n) : take_chunk(p, &x, u, b, n);
-        release(p->w, x.slot);
-        if (!rc && !x.is_hash && --u->left == 0) {
-            inflight *h = &q[(head + count) % WEIGHTS_WINDOW];
-            h->is_hash = true;
-            h->unit = x.unit;
-            if (!(rc = send_hash(p, u->start, u->end - u->start, &h->slot)))
-                count++;
-        }
+        const uint8_t *body;
+        size_t len;
+        if (!(rc = await(p->w, q[k].slot, &body, &len)))
+            rc = take_block(p, q[k].blk, body, len);
+        else
+            p->holder_fault = true;
+        release(p->w, q[k].slot);
     }
     while (count) {                       /* after a failure: drop what is in flight */
         release(p->w, q[head].slot);
@@ -737,34 +771,62 @@ static int fetch_units(pull *p, unit *units, size_t n_units)
     return rc;
 }
 
-/* Adds the units of [start, end) not yet verified (tensor ranges are
- * disjoint from each other and from the head). */
-static int add_unit(unit **u, size_t *n, size_t *cap, const model_ranges *r, uint64_t start,
-                    uint64_t end, const char *what)
+/* The blocks wanted (bitmap) and not yet verified, in order. */
+typedef struct {
+    uint8_t *want;                /* a bit per block */
+    const pull *p;
+} block_set;
+
+static void want_range(block_set *s, uint64_t start, uint64_t end)
 {
-    if (start >= end || model_ranges_covers(r, start, end))
-        return 0;
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 64;
-        unit *p = rc_realloc(*u, c * sizeof *p);
-        if (!p)
-            return rc_fail(RC_ENOMEM, "out of memory planning a pull");
-        *u = p;
-        *cap = c;
-    }
-    (*u)[(*n)++] = (unit){ start, end, what, 0 };
+    if (start >= end || end > s->p->dig.size)
+        return;
+    for (uint64_t b = start / DIGEST_BLOCK; b <= (end - 1) / DIGEST_BLOCK; b++)
+        s->want[b / 8] |= (uint8_t)(1u << (b % 8));
+}
+
+static int want_shard_range(void *ud, uint64_t start, uint64_t end, const char *name)
+{
+    (void)name;
+    want_range(ud, start, end);
     return 0;
 }
 
-static uint64_t units_bytes(const unit *u, size_t n)
+/* Fetches the wanted blocks not yet verified, then clears the set. */
+static int fetch_wanted(pull *p, block_set *s)
 {
-    uint64_t t = 0;
-    for (size_t i = 0; i < n; i++)
-        t += u[i].end - u[i].start;
-    return t;
+    uint32_t *list = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t bytes = 0;
+    int rc = 0;
+    for (uint32_t b = 0; b < p->dig.n && !rc; b++) {
+        uint64_t off = (uint64_t)b * DIGEST_BLOCK;
+        if (!(s->want[b / 8] >> (b % 8) & 1) ||
+            model_ranges_covers(p->ranges, off, off + block_len(&p->dig, b)))
+            continue;
+        if (n == cap) {
+            size_t c = cap ? cap * 2 : 256;
+            uint32_t *l = rc_realloc(list, c * sizeof *l);
+            if (!l) {
+                rc = rc_fail(RC_ENOMEM, "out of memory planning a pull");
+                break;
+            }
+            list = l;
+            cap = c;
+        }
+        list[n++] = b;
+        bytes += block_len(&p->dig, b);
+    }
+    memset(s->want, 0, ((size_t)p->dig.n + 7) / 8);
+    p->total = p->done + bytes;
+    if (!rc && n)
+        rc = fetch_blocks(p, list, n);
+    rc_free(list);
+    return rc;
 }
 
-static int pick_peer(weights *w, const char *name, const char *peer_id, char node[NODE_HEX])
+static int pick_peer(weights *w, const char *name, const char *peer_id,
+                     char tried[][NODE_HEX], int n_tried, char node[NODE_HEX], uint64_t *listed)
 {
     json_t *snap = cluster_snapshot(w->c), *n;
     size_t i;
@@ -774,30 +836,41 @@ static int pick_peer(weights *w, const char *name, const char *peer_id, char nod
     json_array_foreach(json_object_get(snap, "nodes"), i, n) {
         const char *id = json_string_value(json_object_get(n, "id"));
         const char *state = json_string_value(json_object_get(n, "state"));
-        if (found || !id || json_is_true(json_object_get(n, "self")) || !state ||
-            strcmp(state, "up") || (peer_id && strcmp(peer_id, id)))
+        bool skip = found || !id || json_is_true(json_object_get(n, "self")) || !state ||
+                    strcmp(state, "up") || (peer_id && strcmp(peer_id, id));
+        for (int t = 0; t < n_tried && !skip; t++)
+            skip = !strcmp(tried[t], id);
+        if (skip)
             continue;
         size_t j;
         json_t *m;
+        *listed = 0;
         json_array_foreach(json_object_get(n, "models"), j, m) {
             const char *mn = json_string_value(json_object_get(m, "name"));
-            if (mn && !strcmp(mn, name) && !found) {
-                snprintf(node, NODE_HEX, "%s", id);
-                found = true;
-            }
+            if (mn && !strcmp(mn, name))
+                *listed = (uint64_t)json_integer_value(json_object_get(m, "size_bytes"));
+        }
+        /* a node named by the caller is asked even when it does not list
+         * the model (it says why not) */
+        if (*listed || peer_id) {
+            snprintf(node, NODE_HEX, "%s", id);
+            found = true;
         }
     }
     json_decref(snap);
     if (found)
         return 0;
     if (peer_id)
-        return rc_fail(RC_ENOTFOUND, "node %.8s is not up or does not list model '%s'",
-                       peer_id, name);
+        return rc_fail(RC_ENOTFOUND, "node %.8s is not up", peer_id);
+    if (n_tried)
+        return rc_fail(RC_ENOTFOUND, "no other node up lists model '%s'", name);
     return rc_fail(RC_ENOTFOUND, "no node in the cluster lists model '%s' (and it is not in "
-                   "this node's models folders)", name);
+                   "this node's models folders; a node that holds it may keep it private with "
+                   "--export)", name);
 }
 
-/* The peer's file size and head size. */
+/* INFO from the holder: sizes and its root, bounded and checked against
+ * the root this pull trusts (or pinned as it, the first time). */
 static int remote_info(pull *p, uint64_t *size, uint64_t *head)
 {
     uint8_t msg[5 + WEIGHTS_NAME_MAX];
@@ -805,75 +878,134 @@ static int remote_info(pull *p, uint64_t *size, uint64_t *head)
     const uint8_t *b;
     size_t n;
     int si, rc = request(p->w, p->node, W_INFO_REQ, msg, k, &si);
+    p->holder_fault = true;
     if (rc)
         return rc;
-    if (!(rc = await(p->w, si, &b, &n))) {
-        *size = n == 16 ? get64(b) : 0;
-        *head = n == 16 ? get64(b + 8) : 0;
-        if (n != 16 || *head == 0 || *head > *size)
-            rc = rc_fail(RC_EFORMAT, "node %.8s: malformed info reply for model '%s'",
-                         p->node, p->name);
+    /* a holder asked for the first time hashes the file once (~1 GB/s) */
+    uint64_t wait = (uint64_t)p->w->timeout_ms + p->listed_bytes / 1000000;
+    if ((rc = await_for(p->w, si, wait > 4000000 ? 4000000 : (int)wait, &b, &n))) {
+        release(p->w, si);
+        return rc;
     }
+    uint8_t root[DIGEST_BYTES];
+    uint32_t block = n == 52 ? le_get32(b + 16) : 0;
+    *size = n == 52 ? le_get64(b) : 0;
+    *head = n == 52 ? le_get64(b + 8) : 0;
+    if (n == 52)
+        memcpy(root, b + 20, DIGEST_BYTES);
     release(p->w, si);
-    return rc;
+    if (n != 52 || *size == 0 || *size > DIGEST_FILE_MAX || *head == 0 || *head > *size ||
+        *head > WEIGHTS_HEAD_MAX)
+        return rc_fail(RC_EFORMAT, "node %s: malformed or out-of-bounds info for model '%s' "
+                       "(%zu bytes; file %llu, head %llu)", p->who, p->name, n, (ull)*size,
+                       (ull)*head);
+    if (block != DIGEST_BLOCK)
+        return rc_fail(RC_EFORMAT, "node %s digests model '%s' in blocks of %u bytes, this node "
+                       "in blocks of %u", p->who, p->name, block, DIGEST_BLOCK);
+    char theirs[DIGEST_HEX], ours[DIGEST_HEX];
+    digests_hex(root, theirs);
+    if (!p->have_root) {
+        memcpy(p->root, root, DIGEST_BYTES);
+        p->have_root = p->root_tofu = true;
+        snprintf(p->root_from, sizeof p->root_from, "node %s, the first node it was pulled "
+                 "from", p->who);
+        rc_log(LOG_INFO, "weights: model '%s': trusting content digest %.16s... from %s",
+               p->name, theirs, p->root_from);
+    } else if (sodium_memcmp(root, p->root, DIGEST_BYTES)) {
+        digests_hex(p->root, ours);
+        return rc_fail(RC_EFORMAT, "node %s holds model '%s' with content digest %.16s..., not "
+                       "the %.16s... of %s", p->who, p->name, theirs, ours, p->root_from);
+    }
+    p->holder_fault = false;
+    return 0;
 }
 
-/* A shard's range as a unit to fetch. */
-typedef struct {
-    unit **u;
-    size_t *n, *cap;
-    const model_ranges *r;
-} unit_list;
-
-static int shard_unit(void *ud, uint64_t start, uint64_t end, const char *name)
+/* The holder's block digests, which must hash to the trusted root.  They
+ * are stored as they arrive, so memory follows what the holder actually
+ * sends, not the size it claims. */
+static int remote_digests(pull *p, uint64_t size)
 {
-    unit_list *l = ud;
-    return add_unit(l->u, l->n, l->cap, l->r, start, end, name);
+    digests d = { .size = size };
+    int rc = digests_blocks(size, &d.n);
+    for (uint32_t first = 0; !rc && first < d.n;) {
+        uint32_t count = d.n - first < WEIGHTS_PAGE ? d.n - first : WEIGHTS_PAGE;
+        uint8_t msg[5 + WEIGHTS_NAME_MAX + 8];
+        size_t k = req_header(msg, p->name);
+        const uint8_t *b;
+        size_t n;
+        int si;
+        le_put32(msg + k, first);
+        le_put32(msg + k + 4, count);
+        p->holder_fault = true;
+        if ((rc = request(p->w, p->node, W_DIGESTS_REQ, msg, k + 8, &si)))
+            break;
+        if (!(rc = await(p->w, si, &b, &n))) {
+            uint8_t (*grown)[DIGEST_BYTES] = NULL;
+            if (n != 8 + (size_t)count * DIGEST_BYTES || le_get32(b) != first ||
+                le_get32(b + 4) != count)
+                rc = rc_fail(RC_EFORMAT, "node %s: malformed block digests of model '%s'",
+                             p->who, p->name);
+            else if (!(grown = rc_realloc(d.d, ((size_t)first + count) * DIGEST_BYTES)))
+                rc = rc_fail(RC_ENOMEM, "out of memory for block digests");
+            else
+                memcpy((d.d = grown)[first], b + 8, (size_t)count * DIGEST_BYTES);
+        }
+        release(p->w, si);
+        first += count;
+    }
+    if (!rc) {
+        digests_root(&d, d.root);
+        if (sodium_memcmp(d.root, p->root, DIGEST_BYTES))
+            rc = rc_fail(RC_EFORMAT, "node %s sent block digests of model '%s' that do not "
+                         "hash to its content digest (from %s)", p->who, p->name, p->root_from);
+    }
+    if (rc) {
+        digests_free(&d);
+        return rc;
+    }
+    p->holder_fault = false;
+    digests_free(&p->dig);
+    p->dig = d;
+    return 0;
 }
 
-static int do_pull(weights *w, pull *p, int first, int last, int rank, int n_ranks,
-                   const char *part, const char *man, const char *final, char *path_out,
-                   size_t cap)
+/* One holder: its info and digests (unless known), then the head, the
+ * layers' blocks, and, once every tensor is here, the rest of the file. */
+static int pull_from(pull *p, int first, int last, int rank, int n_ranks)
 {
-    model_ranges *r = p->ranges;
-    gguf_file *f = NULL;
-    unit *u = NULL;
-    size_t n = 0, ucap = 0;
     uint64_t size, head;
+    gguf_file *f = NULL;
     bool *need = NULL;
+    block_set s = { NULL, p };
     int rc;
     if ((rc = remote_info(p, &size, &head)))
         return rc;
-    /* A copy of another version of the file (other size, other head)
-     * starts over. */
-    bool fresh = r->file_bytes != size;
-    if (!fresh && model_ranges_covers(r, 0, head)) {
-        uint8_t theirs[HASH_BYTES], mine[HASH_BYTES];
-        if ((rc = remote_hash(p, 0, head, theirs)) || (rc = hash_range(p->fd, 0, head, mine)))
+    if (p->dig.d && (p->dig.size != size || sodium_memcmp(p->dig.root, p->root, DIGEST_BYTES)))
+        digests_free(&p->dig);        /* another version's: start over */
+    if (!p->dig.d) {
+        if ((rc = remote_digests(p, size)))
             return rc;
-        fresh = sodium_memcmp(theirs, mine, HASH_BYTES) != 0;
+        /* only now, with a size the root vouches for, is the copy sized */
+        model_ranges_free(p->ranges);
+        p->ranges->file_bytes = size;
+        if (ftruncate(p->fd, 0) != 0 || ftruncate(p->fd, (off_t)size) != 0)
+            return rc_fail(RC_EIO, "%s: cannot size to %llu bytes: %s", p->part, (ull)size,
+                           strerror(errno));
+        if ((rc = digests_write(p->dfile, NULL, &p->dig)))
+            return rc;
     }
-    if (fresh) {
-        model_ranges_free(r);
-        r->file_bytes = size;
-        if (ftruncate(p->fd, 0) != 0)
-            return rc_fail(RC_EIO, "%s: cannot truncate: %s", part, strerror(errno));
-    }
-    if (ftruncate(p->fd, (off_t)size) != 0)   /* sparse: holes cost no disk */
-        return rc_fail(RC_EIO, "%s: cannot size to %llu bytes: %s", part, (ull)size,
-                       strerror(errno));
-    if ((rc = add_unit(&u, &n, &ucap, r, 0, head, "the file head")))
+    if (!(s.want = rc_calloc(((size_t)p->dig.n + 7) / 8, 1)))
+        return rc_fail(RC_ENOMEM, "out of memory planning a pull");
+    want_range(&s, 0, head);
+    if ((rc = fetch_wanted(p, &s)))
         goto done;
-    p->total = units_bytes(u, n);
-    if ((rc = fetch_units(p, u, n)))
-        goto done;
-    if ((rc = gguf_open_meta(part, &f))) {
-        rc_wrap(RC_EFORMAT, "model '%s' from node %.8s: ", p->name, p->node);
-        goto done;
-    }
-    if (f->data_offset != head) {
-        rc = rc_fail(RC_EFORMAT, "model '%s' from node %.8s: the head ends at byte %llu, the "
-                     "peer said %llu", p->name, p->node, (ull)f->data_offset, (ull)head);
+    if ((rc = gguf_open_meta(p->part, &f)) || f->data_offset > head) {
+        p->holder_fault = true;
+        if (!rc)
+            rc = rc_fail(RC_EFORMAT, "node %s: the head of model '%s' ends at byte %llu, the "
+                         "node said %llu", p->who, p->name, (ull)f->data_offset, (ull)head);
+        else
+            rc_wrap(RC_EFORMAT, "model '%s' from node %s: ", p->name, p->who);
         goto done;
     }
     if (!(need = rc_calloc(f->n_tensors ? (size_t)f->n_tensors : 1, sizeof *need))) {
@@ -882,76 +1014,74 @@ static int do_pull(weights *w, pull *p, int first, int last, int rank, int n_ran
     }
     if (first != last && (rc = model_tensor_needs(f, first, last, need)))
         goto done;                         /* first == last: the head alone */
-    n = 0;
-    if (n_ranks > 1 && first != last) {    /* a shard: its parts of the tensors */
-        unit_list l = { &u, &n, &ucap, r };
-        rc = model_shard_ranges(f, first, last, rank, n_ranks, shard_unit, &l);
-    }
+    if (n_ranks > 1 && first != last)      /* a shard: its parts of the tensors */
+        rc = model_shard_ranges(f, first, last, rank, n_ranks, want_shard_range, &s);
     for (uint64_t i = 0; i < f->n_tensors && !rc && n_ranks == 1; i++)
         if (need[i])
-            rc = add_unit(&u, &n, &ucap, r, f->tensors[i].file_offset,
-                          f->tensors[i].file_offset + f->tensors[i].size_bytes,
-                          f->tensors[i].name);
-    if (rc)
+            want_range(&s, f->tensors[i].file_offset,
+                       f->tensors[i].file_offset + f->tensors[i].size_bytes);
+    if (rc || (rc = fetch_wanted(p, &s)))
         goto done;
-    p->total = p->done + units_bytes(u, n);
-    if ((rc = fetch_units(p, u, n)))
-        goto done;
-    /* Every tensor here: fetch the padding between them too, so the copy
-     * is the peer's file byte for byte. */
+    /* Every tensor here: the rest too (padding), so the copy is the file
+     * byte for byte and can be renamed. */
     bool all = true;
     for (uint64_t i = 0; i < f->n_tensors && all; i++)
-        all = model_ranges_covers(r, f->tensors[i].file_offset,
+        all = model_ranges_covers(p->ranges, f->tensors[i].file_offset,
                                   f->tensors[i].file_offset + f->tensors[i].size_bytes);
     if (all) {
-        n = 0;
-        uint64_t at = 0;
-        for (size_t i = 0; i <= r->n && !rc; i++) {
-            uint64_t end = i < r->n ? r->r[i][0] : size;
-            rc = add_unit(&u, &n, &ucap, r, at, end, "padding");
-            if (i < r->n)
-                at = r->r[i][1];
-        }
-        p->total = p->done + units_bytes(u, n);
-        if (rc || (rc = fetch_units(p, u, n)))
-            goto done;
+        want_range(&s, 0, size);
+        rc = fetch_wanted(p, &s);
     }
 done:
-    /* What was verified is kept, also after a failure. */
-    if (fdatasync(p->fd) != 0 && !rc)
-        rc = rc_fail(RC_EIO, "%s: cannot sync: %s", part, strerror(errno));
-    int wrc = model_ranges_write(man, r);
-    if (!rc)
-        rc = wrc;
-    if (!rc && model_ranges_covers(r, 0, size)) {
-        if (rename(part, final) != 0)
-            rc = rc_fail(RC_EIO, "%s: cannot rename to %s: %s", part, final, strerror(errno));
-        else
-            unlink(man);
-    }
-    if (!rc && (size_t)snprintf(path_out, cap, "%s", model_ranges_covers(r, 0, size) ? final
-                                : part) >= cap)
-        rc = rc_fail(RC_ELIMIT, "path_out of %zu bytes is too small", cap);
     gguf_close(f);
     rc_free(need);
-    rc_free(u);
+    rc_free(s.want);
     return rc;
 }
 
-int weights_ensure(weights *w, const char *model_name, int first, int last, const char *peer_id,
-                   weights_progress_fn progress, void *ud, char *path_out, size_t cap)
+int weights_ensure(weights *w, const char *model_name, int first, int last, const uint8_t *root,
+                   const char *peer_id, weights_progress_fn progress, void *ud, char *path_out,
+                   size_t cap)
 {
-    return weights_ensure_shard(w, model_name, first, last, 0, 1, peer_id, progress, ud,
+    return weights_ensure_shard(w, model_name, first, last, 0, 1, root, peer_id, progress, ud,
                                 path_out, cap);
 }
 
-int weights_ensure_shard(weights *w, const char *model_name, int first, int last, int rank,
-                         int n_ranks, const char *peer_id, weights_progress_fn progress,
-                         void *ud, char *path_out, size_t cap)
+/* The end of a pull: what was verified is kept; a complete copy is renamed
+ * and its digests cached. */
+static int finish(pull *p, int rc, const char *man, const char *final, char *path_out,
+                  size_t cap)
 {
-    char final[PATH_MAX], part[PATH_MAX + 8], man[PATH_MAX + 16];
+    if (fdatasync(p->fd) != 0 && !rc)
+        rc = rc_fail(RC_EIO, "%s: cannot sync: %s", p->part, strerror(errno));
+    int wrc = p->ranges->file_bytes ? model_ranges_write(man, p->ranges) : 0;
+    if (!rc)
+        rc = wrc;
+    bool whole = p->dig.d && model_ranges_covers(p->ranges, 0, p->dig.size);
+    if (!rc && whole) {
+        struct stat st;
+        if (rename(p->part, final) != 0)
+            return rc_fail(RC_EIO, "%s: cannot rename to %s: %s", p->part, final,
+                           strerror(errno));
+        unlink(man);
+        unlink(p->dfile);
+        if (fstat(p->fd, &st) == 0) {
+            export_stat es = exports_stat(&st);
+            digests_cache_store(p->w->cache_dir, final, &es, &p->dig);
+        }
+    }
+    if (!rc && (size_t)snprintf(path_out, cap, "%s", whole ? final : p->part) >= cap)
+        rc = rc_fail(RC_ELIMIT, "path_out of %zu bytes is too small", cap);
+    return rc;
+}
+
+int weights_ensure_shard(weights *w, const char *model_name, int first, int last, int rank,
+                         int n_ranks, const uint8_t *root, const char *peer_id,
+                         weights_progress_fn progress, void *ud, char *path_out, size_t cap)
+{
+    char final[PATH_MAX], part[PATH_MAX + 8], man[PATH_MAX + 16], dfile[PATH_MAX + 16];
     int rc;
-    if (!model_name || (rc = check_name(model_name)))
+    if (!model_name || (rc = exports_check_name(model_name)))
         return model_name ? rc : rc_fail(RC_EINVAL, "no model name");
     if (first < 0 || (last >= 0 && last < first))
         return rc_fail(RC_EINVAL, "layer range [%d, %d) of model '%s' is negative",
@@ -963,53 +1093,91 @@ int weights_ensure_shard(weights *w, const char *model_name, int first, int last
         goto out;
     }
     snprintf(part, sizeof part, "%s.part", final);
+    snprintf(dfile, sizeof dfile, "%s.digests", part);
     model_ranges_path(final, man, sizeof man);
     /* A complete local copy; a manifest left beside it by an interrupted
      * rename is stale (the rename happens only once all is verified). */
-    if ((rc = local_model(w, model_name, path_out, cap)) != RC_ENOTFOUND) {
+    if ((rc = local_model(w, model_name, path_out, cap)) != RC_ENOTFOUND)
         goto out;
-    }
     if (is_file(final) && !is_file(part) && access(man, F_OK) == 0) {
         unlink(man);
         rc = local_model(w, model_name, path_out, cap);
         goto out;
     }
-    char node[NODE_HEX];
-    if ((rc = pick_peer(w, model_name, peer_id, node)))
-        goto out;
     if (mkdir(w->models_dir, 0755) != 0 && errno != EEXIST) {
         rc = rc_fail(RC_EIO, "%s: cannot create the models folder: %s", w->models_dir,
                      strerror(errno));
         goto out;
     }
     model_ranges r;
-    if ((rc = model_ranges_read(man, &r)) == RC_ENOTFOUND || !is_file(part)) {
+    pull p = { .w = w, .name = model_name, .part = part, .dfile = dfile, .ranges = &r,
+               .progress = progress, .ud = ud, .t0 = os_now_ns() };
+    /* a copy without its block digests (an older version's) starts over */
+    if ((rc = model_ranges_read(man, &r)) || !is_file(part) ||
+        digests_read(dfile, NULL, &p.dig) || p.dig.size != r.file_bytes) {
+        if (rc && rc != RC_ENOTFOUND)
+            rc_log(LOG_WARN, "weights: %s; starting the copy over", rc_errmsg());
         if (!rc)
             model_ranges_free(&r);
-        memset(&r, 0, sizeof r);
-    } else if (rc) {
-        rc_log(LOG_WARN, "weights: %s; starting the copy over", rc_errmsg());
+        digests_free(&p.dig);
         memset(&r, 0, sizeof r);
     }
-    int fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    if (root) {
+        memcpy(p.root, root, DIGEST_BYTES);
+        p.have_root = true;
+        snprintf(p.root_from, sizeof p.root_from, "the node that placed the instance");
+    } else {
+        p.have_root = get_pin(w, model_name, p.root, p.root_from, sizeof p.root_from);
+    }
+    if ((p.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
         rc = rc_fail(RC_EIO, "%s: cannot open: %s", part, strerror(errno));
-        model_ranges_free(&r);
-        goto out;
+        goto free;
     }
-    pull p = { .w = w, .name = model_name, .node = node, .fd = fd, .ranges = &r,
-               .progress = progress, .ud = ud, .t0 = os_now_ns() };
-    rc = do_pull(w, &p, first, last, rank, n_ranks, part, man, final, path_out, cap);
-    close(fd);
+    char tried[MAX_TRIED][NODE_HEX];
+    int n_tried = 0;
+    char last_err[1024] = "";
+    int last_rc = 0;
+    for (;;) {
+        rc = pick_peer(w, model_name, peer_id, tried, n_tried, p.node, &p.listed_bytes);
+        if (rc) {
+            if (last_rc)                  /* the last holder's failure says most */
+                rc = rc_fail(last_rc, "%s (%s)", last_err, rc_errmsg());
+            break;
+        }
+        node_label(w, p.node, p.who, sizeof p.who);
+        p.holder_fault = false;
+        if (!(rc = pull_from(&p, first, last, rank, n_ranks)) || !p.holder_fault)
+            break;
+        rc_log(LOG_WARN, "weights: %s; leaving node %s out of this pull", rc_errmsg(), p.who);
+        snprintf(last_err, sizeof last_err, "%s", rc_errmsg());
+        last_rc = rc;
+        if (peer_id || n_tried == MAX_TRIED)
+            break;
+        snprintf(tried[n_tried++], NODE_HEX, "%s", p.node);
+        if (p.root_tofu) {
+            /* a root is taken on first use only from a holder whose bytes
+             * match it: the next holder's replaces it (and what was
+             * checked against it is fetched again) */
+            p.have_root = p.root_tofu = false;
+            digests_free(&p.dig);
+        }
+    }
+    rc = finish(&p, rc, man, final, path_out, cap);
+    close(p.fd);
+    if (!rc && p.have_root)
+        set_pin(w, model_name, p.root, p.root_from, false);
     if (rc && n_ranks > 1)
-        rc_wrap(rc, "pulling shard %d of %d of layers %d-%d of '%s' from node %.8s: ", rank,
-                n_ranks, first, last < 0 ? -1 : last - 1, model_name, node);
+        rc_wrap(rc, "pulling shard %d of %d of layers %d-%d of '%s': ", rank, n_ranks, first,
+                last < 0 ? -1 : last - 1, model_name);
     else if (rc)
-        rc_wrap(rc, "pulling layers %d-%d of '%s' from node %.8s: ", first,
-                last < 0 ? -1 : last - 1, model_name, node);
-    else
-        rc_log(LOG_INFO, "weights: pulled %.1f MB of '%s' from node %.8s in %.1f s",
-               (double)p.done / 1e6, model_name, node, (double)(os_now_ns() - p.t0) * 1e-9);
+        rc_wrap(rc, "pulling layers %d-%d of '%s': ", first, last < 0 ? -1 : last - 1,
+                model_name);
+    else if (p.done)
+        rc_log(LOG_INFO, "weights: pulled %.1f MB of '%s' from node %s in %.1f s, every "
+               "block checked against its content digest", (double)p.done / 1e6, model_name,
+               p.who, (double)(os_now_ns() - p.t0) * 1e-9);
+free:
+    digests_free(&p.dig);
     model_ranges_free(&r);
 out:
     pthread_mutex_unlock(&w->ensure_mu);
@@ -1030,6 +1198,9 @@ int weights_new(struct cluster *c, const char *models_dir, const char *ro_dirs, 
     w->timeout_ms = 30000;
     w->models_dir = rc_strdup(models_dir ? models_dir : ".");
     w->ro_dirs = ro_dirs && *ro_dirs ? rc_strdup(ro_dirs) : NULL;
+    const char *sd = cluster_state_path(c);
+    if (sd && *sd)
+        snprintf(w->cache_dir, sizeof w->cache_dir, "%s/digests", sd);
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->ensure_mu, NULL);
     pthread_cond_init(&w->cv, NULL);
@@ -1082,6 +1253,7 @@ void weights_free(weights *w)
     pthread_cond_destroy(&w->jobs_cv);
     for (int i = 0; i < WEIGHTS_WINDOW; i++)
         rc_free(w->slots[i].reply);
+    digests_free(&w->served.d);
     pthread_mutex_destroy(&w->mu);
     pthread_mutex_destroy(&w->ensure_mu);
     pthread_cond_destroy(&w->cv);
@@ -1097,5 +1269,12 @@ void weights_test_hooks(weights *w, uint64_t tamper_nth, int mute, int reply_tim
     w->mute = mute;
     if (reply_timeout_ms > 0)
         w->timeout_ms = reply_timeout_ms;
+    pthread_mutex_unlock(&w->mu);
+}
+
+void weights_test_alter(weights *w, bool on)
+{
+    pthread_mutex_lock(&w->mu);
+    w->alter = on;
     pthread_mutex_unlock(&w->mu);
 }

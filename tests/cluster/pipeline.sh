@@ -17,6 +17,9 @@
 #   greedy, 4 with a seed), and a tensor-parallel shard's node killed: the
 #   instance is rebuilt on the nodes left and every stream completes with
 #   the text it would have had without the fault;
+#   a member serving altered weight bytes (racimo-hooks) is refused and
+#   logged, and the pull completes from an honest holder; a model
+#   symlinked into a models folder is pulled from it;
 #   a model larger than each node's address-space limit (RLIMIT_AS, ~65% of
 #   the model) fails on one node and runs across two, the second node
 #   pulling only its layers' bytes from the first, each node's peak
@@ -163,6 +166,48 @@ same=1
 for k in 0 1 2; do [ "$(cat "$T/conc$k")" = "${REF[$k]}" ] || same=0; done
 if [ "$same" = 1 ]; then ok "three concurrent requests through 4 stages: each equals one node's"
 else bad "concurrent requests differ"; fi
+
+# ---- a member serving altered weights; a symlinked model ----
+# m8x (m8's bytes under another name) is held first by node 2 alone, which
+# runs racimo-hooks flipping a byte of every block it serves: node 4, which
+# has no copy, refuses its bytes (logged, naming it) and fails; once node 3
+# holds m8x too, node 4 completes from it and answers one node's text.
+# m8s is a symlink in node 3's models folder to a file outside it: node 4
+# pulls it (it used to be refused, a 500).
+cp "$T/$MODEL.gguf" "$T/n2/models/m8x.gguf"
+ln -s "$T/$MODEL.gguf" "$T/n3/models/m8s.gguf"
+stop_node 2
+RACIMO_TEST_ALTER_WEIGHTS=1 NODE_BIN=$HOOKS_BIN start_node 2 --join "$TOKEN" --peer 10.77.0.1
+wait_for 20 n_up 4 4
+lists() { view 4 | jq -e ".nodes[] | select(.name == \"node$1\" and .state == \"up\") | .models[] | select(.name == \"$2\")" >/dev/null; }
+wait_for 30 lists 2 m8x || bad "node 4 sees node 2 list m8x"
+MODEL=m8x
+got=$(complete 10.77.0.4 "$P-n4" "${PROMPTS[1]}" 24)
+if grep -q "node [0-9a-f]* (node2) sent bytes .* of model 'm8x' that do not match the model's content digest" "$T/n4.out" &&
+   grep -q "leaving node [0-9a-f]* (node2) out of this pull" "$T/n4.out" &&
+   case "$got" in *"do not match"*) true ;; *) false ;; esac; then
+  ok "a member serving altered weight bytes is refused and logged by name; with no other holder the load fails saying why"
+else bad "altered weights, node 2 alone: $got"; fi
+cp "$T/m8.gguf" "$T/n3/models/m8x.gguf"
+wait_for 30 lists 3 m8x || bad "node 4 sees node 3 list m8x"
+got=$(complete 10.77.0.4 "$P-n4" "${PROMPTS[1]}" 24)
+if [ "$got" = "${REF[1]}" ] && grep -q "pulled .* of 'm8x' from node [0-9a-f]* (node3)" "$T/n4.out" &&
+   ! grep -q "pulled .* of 'm8x' from node [0-9a-f]* (node2)" "$T/n4.out"; then
+  ok "with an honest holder as well, node 4 pulls m8x from it (every block checked) and answers one node's greedy text"
+else bad "altered weights, honest holder too: $got, want ${REF[1]}"; fi
+MODEL=m8s
+wait_for 30 lists 3 m8s || bad "node 4 sees node 3 list the symlinked m8s"
+got=$(complete 10.77.0.4 "$P-n4" "${PROMPTS[1]}" 24)
+if [ "$got" = "${REF[1]}" ] && grep -q "pulled .* of 'm8s' from node [0-9a-f]* (node3)" "$T/n4.out"; then
+  ok "a model symlinked into a node's models folder is pulled from it (the same text)"
+else bad "symlinked model: $got, want ${REF[1]}"; fi
+for m in m8x m8s; do
+  ip netns exec "$P-n4" curl -s --max-time 10 "http://10.77.0.4:8080/v1/instances/stop" -d "{\"model\":\"$m\"}" >/dev/null
+done
+MODEL=m8
+stop_node 2
+start_node 2 --join "$TOKEN" --peer 10.77.0.1
+wait_for 20 n_up 1 4
 
 # ---- 2 tensor-parallel shards (every node a part of every layer) ----
 # tiny has 2 key/value heads: at most 2 shards

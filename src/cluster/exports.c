@@ -1,0 +1,275 @@
+/* exports.c - the table of listed model files (exports.h).
+ *
+ * The table is replaced whole by each scan under `mu`; exports_open hands
+ * out a dup of an entry's descriptor, so a scan may close the entry's own
+ * descriptor while a request still reads through its copy.
+ */
+#include "exports.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "model/ranges.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_EXPORTS 1024
+
+typedef struct {
+    char name[EXPORTS_NAME_MAX + 1];
+    char path[PATH_MAX];
+    int fd;                       /* -1: held back by the allow-list (not opened) */
+    export_stat st;
+} entry;
+
+struct exports {
+    pthread_mutex_t mu;
+    char *models_dir, *ro_dirs, *allow;     /* allow: ",a,b," or NULL (all) */
+    entry *e;
+    int n;
+};
+
+int exports_check_name(const char *name)
+{
+    size_t n = strlen(name);
+    bool bad = n == 0 || n > EXPORTS_NAME_MAX || name[0] == '.' || strchr(name, '/') ||
+               strchr(name, '\\') || strstr(name, "..");
+    for (size_t i = 0; i < n && !bad; i++)
+        bad = (unsigned char)name[i] < 0x20 || name[i] == 0x7f;
+    if (!bad)
+        return 0;
+    bool printable = n <= EXPORTS_NAME_MAX;
+    for (size_t i = 0; i < n && printable; i++)
+        printable = (unsigned char)name[i] >= 0x20 && name[i] != 0x7f;
+    return rc_fail(RC_EINVAL, "model name '%s' is not a plain file name (no '/', '..', leading "
+                   "'.' or control characters, 1 to %d bytes)",
+                   printable ? name : "(unprintable)", EXPORTS_NAME_MAX);
+}
+
+static bool allowed(const exports *e, const char *name)
+{
+    if (!e->allow)
+        return true;
+    size_t n = strlen(name);
+    for (const char *p = strstr(e->allow, name); p; p = strstr(p + 1, name))
+        if (p > e->allow && p[-1] == ',' && p[n] == ',')
+            return true;
+    return false;
+}
+
+int exports_new(const char *models_dir, const char *ro_dirs, const char *allow, exports **out)
+{
+    *out = NULL;
+    exports *e = rc_calloc(1, sizeof *e);
+    if (!e)
+        return rc_fail(RC_ENOMEM, "out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    e->models_dir = rc_strdup(models_dir ? models_dir : "");
+    e->ro_dirs = rc_strdup(ro_dirs ? ro_dirs : "");
+    int rc = 0;
+    if (allow && *allow) {
+        /* ",a,b," so that a look-up is one strstr of ",name," */
+        size_t n = strlen(allow);
+        if ((e->allow = rc_malloc(n + 3))) {
+            snprintf(e->allow, n + 3, ",%s,", allow);
+            for (char *p = e->allow + 1, *q; *p && !rc; p = q + 1) {
+                q = strchr(p, ',');
+                *q = 0;
+                rc = *p ? exports_check_name(p) : 0;
+                *q = ',';
+            }
+            if (rc)
+                rc_wrap(rc, "--export: ");
+        }
+    }
+    if (!rc && (!e->models_dir || !e->ro_dirs || (allow && *allow && !e->allow)))
+        rc = rc_fail(RC_ENOMEM, "out of memory");
+    if (rc) {
+        exports_free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+static void close_all(entry *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i].fd >= 0)
+            close(v[i].fd);
+}
+
+void exports_free(exports *e)
+{
+    if (!e)
+        return;
+    close_all(e->e, e->n);
+    rc_free(e->e);
+    rc_free(e->models_dir);
+    rc_free(e->ro_dirs);
+    rc_free(e->allow);
+    pthread_mutex_destroy(&e->mu);
+    rc_free(e);
+}
+
+export_stat exports_stat(const struct stat *st)
+{
+    return (export_stat){ .size = (uint64_t)st->st_size,
+                          .mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 +
+                                      st->st_mtim.tv_nsec,
+                          .dev = (uint64_t)st->st_dev, .ino = (uint64_t)st->st_ino };
+}
+
+static bool same_stat(const export_stat *a, const export_stat *b)
+{
+    return a->size == b->size && a->mtime_ns == b->mtime_ns && a->dev == b->dev &&
+           a->ino == b->ino;
+}
+
+/* A copy of the old entry's descriptor of `name` when it still describes
+ * the same file (the old table stays whole until it is replaced). */
+static int take_old(exports *e, const char *name, const export_stat *now)
+{
+    int fd = -1;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->n; i++)
+        if (e->e[i].fd >= 0 && !strcmp(e->e[i].name, name) && same_stat(&e->e[i].st, now)) {
+            fd = fcntl(e->e[i].fd, F_DUPFD_CLOEXEC, 0);
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    return fd;
+}
+
+/* Was `name` held back by the last scan too (then it is not logged again)? */
+static bool was_private(exports *e, const char *name)
+{
+    bool yes = false;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->n && !yes; i++)
+        yes = e->e[i].fd < 0 && !strcmp(e->e[i].name, name);
+    pthread_mutex_unlock(&e->mu);
+    return yes;
+}
+
+static void scan_dir(exports *e, const char *dir, entry *v, int *n)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) && *n < MAX_EXPORTS) {
+        size_t len = strlen(de->d_name);
+        if (len <= 5 || strcmp(de->d_name + len - 5, ".gguf"))
+            continue;
+        entry x = { .fd = -1 };
+        snprintf(x.name, sizeof x.name, "%.*s", (int)(len - 5), de->d_name);
+        char man[PATH_MAX + 16];
+        struct stat st;
+        bool dup = false;
+        for (int i = 0; i < *n && !dup; i++)
+            dup = !strcmp(v[i].name, x.name);
+        if (dup || len - 5 > EXPORTS_NAME_MAX || exports_check_name(x.name) ||
+            (size_t)snprintf(x.path, sizeof x.path, "%s/%s", dir, de->d_name) >= sizeof x.path ||
+            model_ranges_path(x.path, man, sizeof man) || access(man, F_OK) == 0 ||
+            stat(x.path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        x.st = exports_stat(&st);
+        if (!allowed(e, x.name)) {
+            if (!was_private(e, x.name))
+                rc_log(LOG_INFO, "weights: model '%s' stays private to this node (not in the "
+                       "--export list)", x.name);
+            v[(*n)++] = x;
+            continue;
+        }
+        if ((x.fd = take_old(e, x.name, &x.st)) < 0) {
+            /* resolved here, once: later reads go through this descriptor,
+             * whatever the name points to by then */
+            x.fd = open(x.path, O_RDONLY | O_CLOEXEC);
+            if (x.fd < 0)
+                continue;
+            if (fstat(x.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+                close(x.fd);
+                continue;
+            }
+            x.st = exports_stat(&st);
+        }
+        v[(*n)++] = x;
+    }
+    closedir(d);
+}
+
+json_t *exports_scan(exports *e)
+{
+    entry *v = rc_calloc(MAX_EXPORTS, sizeof *v);
+    json_t *arr = json_array();
+    if (!v || !arr) {
+        rc_free(v);
+        json_decref(arr);
+        return NULL;
+    }
+    int n = 0;
+    if (*e->models_dir)
+        scan_dir(e, e->models_dir, v, &n);
+    for (const char *p = e->ro_dirs; *p;) {
+        size_t k = strcspn(p, ":");
+        char dir[PATH_MAX];
+        if (k && k < sizeof dir) {
+            memcpy(dir, p, k);
+            dir[k] = 0;
+            scan_dir(e, dir, v, &n);
+        }
+        p += k;
+        if (*p == ':')
+            p++;
+    }
+    for (int i = 0; i < n; i++)
+        if (v[i].fd >= 0)
+            json_array_append_new(arr, json_pack("{s:s, s:I}", "name", v[i].name, "size_bytes",
+                                                 (json_int_t)v[i].st.size));
+    pthread_mutex_lock(&e->mu);
+    entry *old = e->e;
+    int n_old = e->n;
+    e->e = v;
+    e->n = n;
+    pthread_mutex_unlock(&e->mu);
+    close_all(old, n_old);
+    rc_free(old);
+    return arr;
+}
+
+int exports_open(exports *e, const char *name, int *fd, export_stat *st, char *path, size_t cap)
+{
+    int rc = rc_fail(RC_ENOTFOUND, "model '%s' is not among the models this node lists", name);
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->n; i++) {
+        const entry *x = &e->e[i];
+        if (strcmp(x->name, name))
+            continue;
+        if (x->fd < 0) {
+            rc = rc_fail(RC_ESTATE, "model '%s' is not exported by this node (its racimo serve "
+                         "--export list)", name);
+        } else if ((*fd = fcntl(x->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+            rc = rc_fail(RC_EIO, "model '%s': cannot dup its descriptor: %s", name,
+                         strerror(errno));
+        } else {
+            *st = x->st;
+            if (path)
+                snprintf(path, cap, "%s", x->path);
+            rc = 0;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
