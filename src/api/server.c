@@ -9,6 +9,9 @@
  *   - --timeout seconds of silence while a request is read or an answer
  *     written closes the connection (slow clients, slow-loris), without
  *     disturbing anyone else: the loop never waits on one socket.
+ * Listeners: the API's (HTTPS through tls.c with --tls-cert/--tls-key), and
+ * with a cluster a plain one on 127.0.0.1 where forward.c replays the
+ * requests other nodes forward (the only place its mark counts).
  */
 #include "server_internal.h"
 #include "tls.h"

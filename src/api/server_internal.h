@@ -11,6 +11,8 @@
  *               events and JSON lines
  *   openai.c    /v1/... handlers and OpenAI response objects
  *   ollama.c    /api/... handlers and Ollama response objects
+ *   forward.c   requests forwarded between nodes (and their API-key proofs)
+ *   tls.c       HTTPS: OpenSSL contexts and bufferevents
  *
  * Threads: everything here runs on the event-loop thread except the three
  * engine callbacks in job.c (engine thread) and on_models_changed (loader

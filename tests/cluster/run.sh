@@ -11,7 +11,12 @@
 #   lists and resolves the nodes; a node killed with SIGKILL is marked down
 #   within the bound and rejoins after a restart; a cut link (ip link set
 #   down) marks the cut node down on both sides, the minority side loses its
-#   quorum, and all heals when the link is restored.
+#   quorum, and all heals when the link is restored.  Then a cluster with
+#   API keys and HTTPS: a request forwarded to a node serving over TLS is
+#   answered with a key both nodes hold; one forwarded by a member that
+#   drops its clients' keys (racimo-hooks, RACIMO_TEST_FORWARD_NO_KEY) or
+#   from a node with another key is refused 401 by the serving node (logged
+#   there) and the honest requests go on being served.
 #
 # Prints "N passed, N failed, N skipped" last.  Logs stay in
 # build/cluster-e2e/.  Usage: tests/cluster/run.sh  (RACIMO_BIN overrides
@@ -31,7 +36,7 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
   echo "cluster e2e: skipped (needs root and iproute2 for network namespaces)"
   echo "0 passed, 0 failed, 1 skipped"; exit 0
 fi
-for tool in curl jq; do
+for tool in curl jq openssl; do
   command -v $tool >/dev/null || { echo "cluster e2e: $tool missing (scripts/install-deps.sh)"; echo "0 passed, 1 failed"; exit 1; }
 done
 for b in "$BIN" "$HOOKS_BIN"; do
@@ -254,6 +259,63 @@ else bad "heal: $(for i in 1 2 3 4; do digest $i; echo; done)"; fi
 
 # ---- the nodes survived all of it ----
 for i in 1 2 3 4; do kill -0 "$(cat "$T/n$i.pid")" 2>/dev/null || bad "node $i died"; done
+for i in 1 2 3 4; do stop_node "$i"; done
+
+# ---- one API-key policy across the cluster, and HTTPS ----
+# A new cluster: node 1 serves tiny over HTTPS; nodes 2-4 hold no model file,
+# so they forward tiny's requests to node 1.  Nodes 1-3 share the key, node
+# 3 runs racimo-hooks and forwards without its clients' keys, node 4 has
+# another key.
+cp "$T/n1/bench.json" "$T/bench.json"
+for i in 1 2 3 4; do rm -rf "$T/n$i"; mkdir -p "$T/n$i/models"; cp "$T/bench.json" "$T/n$i/"; done
+echo "e2e-shared-key" >"$T/keys.txt"
+echo "e2e-other-key" >"$T/other-keys.txt"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$T/tls.key" \
+  -out "$T/tls.crt" -days 2 -subj /CN=node1 -addext subjectAltName=IP:10.77.0.1 >/dev/null 2>&1
+AUTH="Authorization: Bearer e2e-shared-key"
+COMPLETION='{"model":"tiny","prompt":"hi","max_tokens":4,"temperature":0}'
+# api I KEY [curl options]: POST COMPLETION at node I over http; prints the body, then the status
+api() { local i=$1 key=$2; shift 2
+  ip netns exec "$P-n$i" curl -s --max-time 60 -w '\n%{http_code}' -H "Authorization: Bearer $key" \
+    -H 'Content-Type: application/json' -d "$COMPLETION" "$@" "http://10.77.0.$i:8080/v1/completions"; }
+kview() { ip netns exec "$P-n$1" curl -s --max-time 2 -H "$AUTH" "http://10.77.0.$1:8080/v1/cluster"; }
+serves_tiny() { kview "$1" | jq -e '[.nodes[] | select(.name == "node1") | .serving[]] | index("tiny")' >/dev/null; }
+start_node 1 -m "$T/tiny.gguf" --api-key-file "$T/keys.txt" --tls-cert "$T/tls.crt" --tls-key "$T/tls.key"
+KTOKEN=$("$BIN" token --state-dir "$T/n1")
+start_node 2 --join "$KTOKEN" --peer 10.77.0.1 --api-key-file "$T/keys.txt"
+NODE_BIN=$HOOKS_BIN RACIMO_TEST_FORWARD_NO_KEY=1 start_node 3 --join "$KTOKEN" --peer 10.77.0.1 \
+  --api-key-file "$T/keys.txt"
+start_node 4 --join "$KTOKEN" --peer 10.77.0.1 --api-key-file "$T/other-keys.txt"
+if wait_for 30 eval 'serves_tiny 2 && serves_tiny 3' && \
+   wait_for 10 eval "ip netns exec $P-n4 curl -s --max-time 2 -H 'Authorization: Bearer e2e-other-key' \
+     http://10.77.0.4:8080/v1/cluster | jq -e '[.nodes[] | select(.name == \"node1\") | .serving[]] | index(\"tiny\")' >/dev/null"; then
+  tls=$(ip netns exec "$P-n1" curl -s --max-time 60 --cacert "$T/tls.crt" -H "$AUTH" \
+        -H 'Content-Type: application/json' -d "$COMPLETION" -w '\n%{http_code}' https://10.77.0.1:8080/v1/completions)
+  plain=$(ip netns exec "$P-n1" curl -s --max-time 5 -o /dev/null -w '%{http_code}' http://10.77.0.1:8080/health)
+  if [ "$(echo "$tls" | tail -n 1)" = 200 ] && echo "$tls" | grep -q text_completion && [ "$plain" != 200 ]; then
+    ok "HTTPS: node 1 answers over TLS (curl --cacert) and not in clear"
+  else bad "HTTPS: $tls / plain $plain"; fi
+  r=$(api 2 e2e-shared-key)
+  if [ "$(echo "$r" | tail -n 1)" = 200 ] && echo "$r" | grep -q text_completion && \
+     grep -q "forward: /v1/completions for tiny to node" "$T/n2.out" && \
+     grep -q "forward: running /v1/completions for node $(id_of 2 | cut -c1-8)" "$T/n1.out"; then
+    ok "a request forwarded to the TLS node with a key both nodes hold is answered"
+  else bad "forwarding with the shared key: $r"; fi
+  r=$(api 3 e2e-shared-key)
+  if [ "$(echo "$r" | tail -n 1)" = 401 ] && echo "$r" | grep -q "requires one of its own API keys" && \
+     grep -q "forward: refused /v1/completions (request [0-9]*) from node node3 .*carries no API key" "$T/n1.out"; then
+    ok "a member forwarding without its client's key is refused 401 by the serving node (logged there)"
+  else bad "keyless forwarding: $r / $(grep refused "$T/n1.out" | head -n 2)"; fi
+  r=$(api 4 e2e-other-key)
+  if [ "$(echo "$r" | tail -n 1)" = 401 ] && echo "$r" | grep -q "a key that is not one of them" && \
+     grep -q "forward: refused /v1/completions (request [0-9]*) from node node4 .*none of this node's API keys" "$T/n1.out"; then
+    ok "a request admitted with another node's key is refused 401 by the serving node"
+  else bad "another key: $r"; fi
+  served=0
+  for k in 1 2 3; do r=$(api 2 e2e-shared-key); [ "$(echo "$r" | tail -n 1)" = 200 ] && served=$((served+1)); done
+  [ "$served" = 3 ] && ok "honest forwarded requests go on being served (3 of 3)" || bad "after the refusals: $served of 3"
+else bad "the keyed cluster: node 2-4 never saw node 1 serve tiny: $(kview 2 | jq -c '[.nodes[] | {name, state, serving}]')"; fi
+for i in 1 2 3 4; do kill -0 "$(cat "$T/n$i.pid")" 2>/dev/null || bad "node $i died (keyed cluster)"; done
 for i in 1 2 3 4; do stop_node "$i"; done
 if grep -q "AddressSanitizer\|runtime error\|Segmentation" "$T"/*.log; then bad "a node crashed or a sanitizer reported"; fi
 echo "$passed passed, $failed failed, $skipped skipped"
