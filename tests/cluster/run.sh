@@ -16,7 +16,8 @@
 #   answered with a key both nodes hold; one forwarded by a member that
 #   drops its clients' keys (racimo-hooks, RACIMO_TEST_FORWARD_NO_KEY) or
 #   from a node with another key is refused 401 by the serving node (logged
-#   there) and the honest requests go on being served.
+#   there) and the honest requests go on being served; the forwarder's
+#   loopback mark sent from another host counts for nothing.
 #
 # Prints "N passed, N failed, N skipped" last.  Logs stay in
 # build/cluster-e2e/.  Usage: tests/cluster/run.sh  (RACIMO_BIN overrides
@@ -311,6 +312,13 @@ if wait_for 30 eval 'serves_tiny 2 && serves_tiny 3' && \
      grep -q "forward: refused /v1/completions (request [0-9]*) from node node4 .*none of this node's API keys" "$T/n1.out"; then
     ok "a request admitted with another node's key is refused 401 by the serving node"
   else bad "another key: $r"; fi
+  # the forwarder's loopback mark from another host, even on a generation endpoint: any client's
+  mark=$(ip netns exec "$P-n2" curl -s --max-time 10 --cacert "$T/tls.crt" -o /dev/null -w '%{http_code}' \
+         -H "X-Racimo-Forward: $(printf '0%.0s' $(seq 32))" -H 'Content-Type: application/json' \
+         -d "$COMPLETION" https://10.77.0.1:8080/v1/completions)
+  if [ "$mark" = 401 ] && grep -q "a request from 10.77.0.2:[0-9]* for /v1/completions carried the forwarding mark on the public listener" "$T/n1.out"; then
+    ok "the forwarding mark from another host is refused and logged (401 without a key)"
+  else bad "the forwarding mark from 10.77.0.2: $mark"; fi
   served=0
   for k in 1 2 3; do r=$(api 2 e2e-shared-key); [ "$(echo "$r" | tail -n 1)" = 200 ] && served=$((served+1)); done
   [ "$served" = 3 ] && ok "honest forwarded requests go on being served (3 of 3)" || bad "after the refusals: $served of 3"
