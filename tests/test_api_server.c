@@ -4,6 +4,7 @@
  * The end-to-end tests (tests/e2e) drive the real binary with real clients;
  * these cover the same paths under ASan/UBSan and LeakSanitizer. */
 #include "test.h"
+#include "cli_util.h"
 #include "http_util.h"
 #include "model_util.h"
 #include "api/api.h"
@@ -550,5 +551,17 @@ TEST_T(api_server_tls, 120)
     buf[n > 0 ? n : 0] = '\0';
     close(fd);
     CHECK(!strstr(buf, "HTTP/1.1 200"));
+    /* the CLI's clients speak HTTPS, trusting what SSL_CERT_FILE names */
+    const char *bin = getenv("RACIMO_BIN");
+    if (bin) {
+        snprintf(cmd, sizeof cmd, "SSL_CERT_FILE=%s RACIMO_API_KEY=k1 %s nodes --host "
+                 "https://127.0.0.1 --port %d", cert, bin, api_server_port(f.s));
+        test_run(cmd, buf, sizeof buf);
+        CHECK(strstr(buf, "runs without a cluster"));
+        snprintf(cmd, sizeof cmd, "RACIMO_API_KEY=k1 %s nodes --host https://127.0.0.1 --port %d",
+                 bin, api_server_port(f.s));
+        CHECK(test_run(cmd, buf, sizeof buf) != 0);
+        CHECK(strstr(buf, "certificate verify failed"));
+    }
     stop(&f);
 }

@@ -56,7 +56,7 @@ int cli_http(const char *method, const char *url, const char *path, const char *
     const char *host = u ? evhttp_uri_get_host(u) : NULL;
     bool https = scheme && !strcmp(scheme, "https");
     if (!u || !scheme || (strcmp(scheme, "http") && !https) || !host || !*host) {
-        snprintf(err, cap, "'%.200s' is not an http(s)://HOST:PORT address", url);
+        snprintf(err, cap, "'%.200s' is not an http://HOST:PORT (or https://) address", url);
         if (u)
             evhttp_uri_free(u);
         return -1;
