@@ -31,9 +31,8 @@
  *
  * Messages (docs/cluster-protocol.md §12), little-endian, each naming the
  * request by the id the asking node gave it:
- *   FWD_REQUEST 0x58  u32 id, u16 path length, path, u16 length, the client's
- *                     address (for the serving node's log), u16 length (0 or
- *                     32), the key proof, body
+ *   FWD_REQUEST 0x58  u32 id, path, the client's address (for the serving
+ *                     node's log), the key proof, body (fwd_wire.c)
  *   FWD_HEAD    0x59  u32 id, u32 status, u16 length, Content-Type, u16 length,
  *                     Retry-After (of a 429)
  *   FWD_BODY    0x5a  u32 id, bytes of the body
@@ -45,6 +44,7 @@
  * everything else.
  */
 #include "server_internal.h"
+#include "fwd_wire.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -71,7 +71,6 @@ enum { FWD_REQUEST = 0x58, FWD_HEAD = 0x59, FWD_BODY = 0x5a, FWD_END = 0x5b, FWD
 #define FWD_HEADER "X-Racimo-Forward"
 #define FWD_CLIENT "X-Racimo-Client"          /* who asked, for the access log */
 #define FWD_KEY_ID "X-Racimo-Key"             /* the serving node's key proved ("key-N") */
-#define PROOF_BYTES 32
 
 /* ---- the cluster side: a queue for the server's loop ---- */
 
@@ -267,18 +266,18 @@ static void key_hash(const char *key, size_t len, uint8_t out[32])
  * was admitted with the key whose key_hash is kh.  Both ids are in it, so a
  * serving node cannot pass a proof it received on to a third node. */
 static void key_proof(const uint8_t kh[32], const char *asker, const char *server, uint32_t id,
-                      uint8_t out[PROOF_BYTES])
+                      uint8_t out[FWD_PROOF_BYTES])
 {
     static const char label[] = "racimo-fwd-key-v1";
     uint8_t idb[4];
     wire_put32(idb, id);
     crypto_generichash_state st;
-    crypto_generichash_init(&st, kh, 32, PROOF_BYTES);
+    crypto_generichash_init(&st, kh, 32, FWD_PROOF_BYTES);
     crypto_generichash_update(&st, (const uint8_t *)label, sizeof label);  /* with the NULs */
     crypto_generichash_update(&st, (const uint8_t *)asker, strlen(asker) + 1);
     crypto_generichash_update(&st, (const uint8_t *)server, strlen(server) + 1);
     crypto_generichash_update(&st, idb, sizeof idb);
-    crypto_generichash_final(&st, out, PROOF_BYTES);
+    crypto_generichash_final(&st, out, FWD_PROOF_BYTES);
     sodium_memzero(&st, sizeof st);
 }
 
@@ -290,9 +289,9 @@ static int proven_key(struct fwd_side *fs, const char *from, uint32_t id, const 
     const char *self = cluster_self_id(fs->s->cfg.cluster);
     int found = -1;
     for (int i = 0; i < fs->n_keys; i++) {
-        uint8_t p[PROOF_BYTES];
+        uint8_t p[FWD_PROOF_BYTES];
         key_proof(fs->key_hash[i], from, self, id, p);
-        if (proof && sodium_memcmp(p, proof, PROOF_BYTES) == 0 && found < 0)
+        if (proof && sodium_memcmp(p, proof, FWD_PROOF_BYTES) == 0 && found < 0)
             found = i;
     }
     return found;
@@ -449,40 +448,22 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
     if (len < 6)
         return;                                   /* no id to answer to */
     uint32_t id = wire_get32(d);
-    size_t pl = (size_t)d[4] | (size_t)d[5] << 8, cl = 0, kl = 0, at = 0;
-    char path[64] = "", client[96] = "";
-    bool ok = false, formed = false;
-    if (pl < sizeof path && 8 + pl <= len) {
-        memcpy(path, d + 6, pl);
-        path[pl] = '\0';
-        ok = forwarding_path(path);
-        cl = (size_t)d[6 + pl] | (size_t)d[7 + pl] << 8;
-        at = 8 + pl + cl;                         /* the key proof's length */
-        if (at + 2 <= len) {
-            kl = (size_t)d[at] | (size_t)d[at + 1] << 8;
-            at += 2;
-            formed = (kl == 0 || kl == PROOF_BYTES) && at + kl <= len;
-        }
-        ok = ok && formed;
-    }
-    if (ok) {
-        /* "ADDRESS via NODE": printable, and short enough for the log */
-        size_t n = snprintf(client, sizeof client, "%.*s", (int)(cl < 48 ? cl : 48),
-                            (const char *)d + 8 + pl);
-        for (size_t i = 0; i < n; i++)
-            if (client[i] < 0x21 || client[i] > 0x7e)
-                client[i] = '?';
-        snprintf(client + n, sizeof client - n, " via %.8s", from);
-    }
-    const uint8_t *body = ok ? d + at + kl : d;
-    size_t blen = ok ? len - at - kl : 0;
-    char why[200] = "";
-    if (!ok && !forwarding_path(path))
+    fwd_request r;
+    char client[96] = "", bad[100], why[200] = "";
+    bool formed = fwd_request_parse(d, len, &r, bad, sizeof bad) == 0;
+    /* "ADDRESS via NODE": printable, and short enough for the log */
+    size_t n = 0;
+    for (; n < r.client_len && n < 48; n++)
+        client[n] = r.client[n] < 0x21 || r.client[n] > 0x7e ? '?' : (char)r.client[n];
+    snprintf(client + n, sizeof client - n, " via %.8s", from);
+    const char *path = r.path;
+    const uint8_t *body = r.body;
+    size_t blen = r.body_len;
+    if (!formed)
+        snprintf(why, sizeof why, "a malformed request: %s", bad);
+    else if (!forwarding_path(path))
         snprintf(why, sizeof why, "a forwarded request must be a generation endpoint or "
                  "/api/show");
-    else if (!ok)
-        snprintf(why, sizeof why, "a malformed request (its fields overrun the message, or "
-                 "a key proof of %zu bytes)", kl);
     else if (blen > s->cfg.max_body_bytes)
         snprintf(why, sizeof why, "the request body is larger than the limit of %zu bytes",
                  s->cfg.max_body_bytes);
@@ -498,8 +479,8 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
     }
     /* this node's API keys, as for its own clients */
     int key = -1;
-    if (fs->n_keys && (key = proven_key(fs, from, id, kl ? d + at : NULL)) < 0) {
-        refuse_key(s, from, id, path, client, kl != 0);
+    if (fs->n_keys && (key = proven_key(fs, from, id, r.proof)) < 0) {
+        refuse_key(s, from, id, path, client, r.proof != NULL);
         return;
     }
     fwd_in *fi = rc_calloc(1, sizeof *fi);
@@ -997,32 +978,23 @@ bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, cons
     /* the key the client presented (checked here when this node has keys),
      * as a proof for this request only: the serving node applies its own keys */
     const char *given = srv_bearer(req);
-    uint8_t proof[PROOF_BYTES];
-    size_t kl = 0;
+    uint8_t proof[FWD_PROOF_BYTES];
+    fwd_request fr = { .id = o->id, .client = (const uint8_t *)o->client,
+                       .client_len = strlen(o->client), .body = (const uint8_t *)body,
+                       .body_len = len };
+    snprintf(fr.path, sizeof fr.path, "%s", path);
     if (given && *given && !s->cfg.test_forward_no_key) {
         uint8_t kh[32];
         key_hash(given, strlen(given), kh);
         key_proof(kh, cluster_self_id(s->cfg.cluster), o->node, o->id, proof);
         sodium_memzero(kh, sizeof kh);
-        kl = PROOF_BYTES;
+        fr.proof = proof;
     }
-    size_t pl = strlen(path), cl = strlen(o->client), n = 10 + pl + cl + kl + len;
+    size_t n = fwd_request_size(&fr);
     uint8_t *msg = rc_malloc(n);
     int rc = RC_ENOMEM;
     if (msg) {
-        wire_put32(msg, o->id);
-        msg[4] = (uint8_t)(pl & 0xff);
-        msg[5] = (uint8_t)(pl >> 8);
-        memcpy(msg + 6, path, pl);
-        msg[6 + pl] = (uint8_t)(cl & 0xff);
-        msg[7 + pl] = (uint8_t)(cl >> 8);
-        memcpy(msg + 8 + pl, o->client, cl);
-        msg[8 + pl + cl] = (uint8_t)kl;
-        msg[9 + pl + cl] = 0;
-        if (kl)
-            memcpy(msg + 10 + pl + cl, proof, kl);
-        if (len)
-            memcpy(msg + 10 + pl + cl + kl, body, len);
+        fwd_request_encode(&fr, msg);
         rc = cluster_send(s->cfg.cluster, o->node, FWD_REQUEST, msg, n);
         rc_free(msg);
     }
