@@ -23,7 +23,10 @@ ifeq ($(OS),Darwin)
 else
   CFLAGS_BASE += -D_GNU_SOURCE
 endif
-LDLIBS  := -levent -levent_pthreads -lsodium -lpcre2-8 -ljansson -lm -pthread
+# -levent_openssl -lssl -lcrypto: racimo serve --tls-cert/--tls-key (HTTPS through
+# libevent's OpenSSL bufferevents) and https:// addresses in the CLI's clients
+LDLIBS  := -levent -levent_pthreads -levent_openssl -lssl -lcrypto -lsodium -lpcre2-8 \
+           -ljansson -lm -pthread
 TEST_LDLIBS := $(if $(filter Darwin,$(OS)),,-lutil)
 
 ifeq ($(FUZZ),1)

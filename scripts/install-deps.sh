@@ -13,6 +13,9 @@ pkgs=(
   libevent-dev      # racimo serve: evhttp event loop (HTTP parsing, keep-alive, timeouts)
   curl              # e2e tests: SSE framing as a plain HTTP client sees it
   libsodium-dev     # cluster: key exchange, authentication and encryption between nodes
+  libssl-dev        # racimo serve --tls-cert/--tls-key: HTTPS (libevent-dev already brings
+                    # libevent_openssl, its OpenSSL bufferevents, which links against this)
+  openssl           # unit tests: the openssl command makes a self-signed certificate
   iproute2          # cluster e2e tests: network namespaces, veth pairs, a bridge
   jq                # cluster e2e tests: reading the nodes' /v1/cluster JSON
   avahi-utils       # cluster e2e tests: avahi-browse must see the nodes (DNS-SD over mDNS)

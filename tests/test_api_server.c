@@ -4,6 +4,7 @@
  * The end-to-end tests (tests/e2e) drive the real binary with real clients;
  * these cover the same paths under ASan/UBSan and LeakSanitizer. */
 #include "test.h"
+#include "cli_util.h"
 #include "http_util.h"
 #include "model_util.h"
 #include "api/api.h"
@@ -27,6 +28,8 @@ static void *serve(void *arg)
     return NULL;
 }
 
+static const char *t_tls_cert, *t_tls_key;     /* what start() gives the server */
+
 static void start_template(fixture *f, const char *const *keys, int n_keys, int parallel, int queue,
                            const char *template_file)
 {
@@ -49,6 +52,8 @@ static void start_template(fixture *f, const char *const *keys, int n_keys, int 
     cfg.api_keys = keys;
     cfg.n_api_keys = n_keys;
     cfg.max_body_bytes = 4096;
+    cfg.tls_cert = t_tls_cert;
+    cfg.tls_key = t_tls_key;
     CHECK_OK(api_server_new(&cfg, &f->s));
     CHECK(pthread_create(&f->thread, NULL, serve, f->s) == 0);
 }
@@ -449,5 +454,114 @@ TEST(api_server_thinking_unsupported)
                       CHAT(",\"max_tokens\":2,\"reasoning_format\":\"auto\",\"chat_template_kwargs\":{\"x\":1}"),
                       buf, sizeof buf), ==, 200);
     CHECK(!strstr(buf, "reasoning_content"));
+    stop(&f);
+}
+
+/* ---- HTTPS ---- */
+
+/* curl against the fixture over HTTPS (trusting `ca`, NULL: the system's
+ * authorities only): the status, or 0 when curl failed (a TLS error);
+ * the body in out. */
+static int curl_tls(fixture *f, const char *ca, const char *host, const char *args,
+                    const char *path, char *out, size_t cap)
+{
+    char cmd[4096], file[600];
+    snprintf(file, sizeof file, "%s/curl.out", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "curl -s -N -m 60 %s%s -o %s -w '%%{http_code}' %s "
+             "https://%s:%d%s", ca ? "--cacert " : "", ca ? ca : "", file, args, host,
+             api_server_port(f->s), path);
+    FILE *p = popen(cmd, "r");
+    CHECK(p);
+    int status = 0;
+    if (fscanf(p, "%d", &status) != 1)
+        status = 0;
+    pclose(p);
+    FILE *b = fopen(file, "r");
+    size_t n = b ? fread(out, 1, cap - 1, b) : 0;
+    out[n] = '\0';
+    if (b)
+        fclose(b);
+    return status;
+}
+
+TEST_T(api_server_tls, 120)
+{
+    if (system("command -v openssl >/dev/null && command -v curl >/dev/null") != 0)
+        SKIP("needs the openssl and curl commands");
+    char cert[600], key[600], other[600], cmd[4096];
+    snprintf(cert, sizeof cert, "%s/cert.pem", test_tmpdir());
+    snprintf(key, sizeof key, "%s/key.pem", test_tmpdir());
+    snprintf(other, sizeof other, "%s/other.pem", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+             "-nodes -keyout %s -out %s -days 2 -subj /CN=localhost "
+             "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null && "
+             "openssl genpkey -algorithm ec -pkeyopt ec_paramgen_curve:P-256 -out %s "
+             "2>/dev/null", key, cert, other);
+    CHECK(system(cmd) == 0);
+
+    /* files that cannot serve fail at start, naming the file */
+    api_config cfg;
+    api_server *s = NULL;
+    api_config_default(&cfg);
+    cfg.port = 0;
+    cfg.models_dir = test_tmpdir();
+    cfg.ro_dirs = "";
+    cfg.tls_cert = cert;
+    cfg.tls_key = other;
+    CHECK(api_server_new(&cfg, &s) != 0 && !s);
+    CHECK(strstr(rc_errmsg(), other) && strstr(rc_errmsg(), "not the private key"));
+    cfg.tls_key = "/nonexistent/key.pem";
+    CHECK(api_server_new(&cfg, &s) != 0);
+    CHECK(strstr(rc_errmsg(), "--tls-key /nonexistent/key.pem"));
+    cfg.tls_cert = key;
+    cfg.tls_key = key;
+    CHECK(api_server_new(&cfg, &s) != 0);
+    CHECK(strstr(rc_errmsg(), "--tls-cert") && strstr(rc_errmsg(), key));
+    cfg.tls_cert = cert;
+    cfg.tls_key = NULL;
+    CHECK(api_server_new(&cfg, &s) != 0);
+    CHECK(strstr(rc_errmsg(), "both"));
+
+    static const char *keys[] = { "k1" };
+    static char buf[1 << 16];
+    fixture f;
+    t_tls_cert = cert;
+    t_tls_key = key;
+    start(&f, keys, 1, 1, 2);
+    t_tls_cert = t_tls_key = NULL;
+    int st = 0;
+    for (int i = 0; i < 500 && (st = curl_tls(&f, cert, "127.0.0.1", "", "/health", buf,
+                                              sizeof buf)) != 200; i++)
+        usleep(10000);
+    CHECK_INT(st, ==, 200);
+    CHECK_INT(curl_tls(&f, cert, "localhost", "", "/v1/models", buf, sizeof buf), ==, 401);
+    CHECK_INT(curl_tls(&f, cert, "localhost", "-H 'Authorization: Bearer k1'", "/v1/models", buf,
+                       sizeof buf), ==, 200);
+    CHECK(strstr(buf, "\"id\":\"tiny-Q8_0\""));
+    /* a stream, through the TLS layer */
+    CHECK_INT(curl_tls(&f, cert, "127.0.0.1", "-H 'Authorization: Bearer k1' -d '"
+                       CHAT(",\"max_tokens\":4,\"stream\":true") "'", "/v1/chat/completions",
+                       buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "chat.completion.chunk") && strstr(buf, "data: [DONE]"));
+    /* a client that does not trust the certificate gets no answer */
+    CHECK_INT(curl_tls(&f, NULL, "127.0.0.1", "", "/health", buf, sizeof buf), ==, 0);
+    /* nor does one speaking plain HTTP to the HTTPS port */
+    int fd = connect_to(&f, "GET", "/health", NULL, NULL);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
+    CHECK(!strstr(buf, "HTTP/1.1 200"));
+    /* the CLI's clients speak HTTPS, trusting what SSL_CERT_FILE names */
+    const char *bin = getenv("RACIMO_BIN");
+    if (bin) {
+        snprintf(cmd, sizeof cmd, "SSL_CERT_FILE=%s RACIMO_API_KEY=k1 %s nodes --host "
+                 "https://127.0.0.1 --port %d", cert, bin, api_server_port(f.s));
+        test_run(cmd, buf, sizeof buf);
+        CHECK(strstr(buf, "runs without a cluster"));
+        snprintf(cmd, sizeof cmd, "RACIMO_API_KEY=k1 %s nodes --host https://127.0.0.1 --port %d",
+                 bin, api_server_port(f.s));
+        CHECK(test_run(cmd, buf, sizeof buf) != 0);
+        CHECK(strstr(buf, "certificate verify failed"));
+    }
     stop(&f);
 }

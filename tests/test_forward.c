@@ -1,7 +1,10 @@
 /* test_forward.c - API requests forwarded between nodes, in this process
  * (two nodes, api/node.h, on loopback): a request at the node that does not serve a model is answered
  * by the node that does, streams included, without a second instance;
- * the serving node needs none of the client's keys; a client that leaves
+ * the serving node applies its own API keys to forwarded requests (a key
+ * it lacks is refused 401 through the asking node, and a forwarded
+ * request's key proof is checked as docs/cluster-protocol.md §12 says:
+ * missing, of another key, or made for another node); a client that leaves
  * cancels the generation there; hostile forwarding messages are refused or
  * ignored; the serving node stopping ends the stream with an error naming
  * it.  Copies of a model that fits one node balance: a busy copy's node
@@ -18,6 +21,7 @@
 #include "tensor/types.h"
 
 #include <pthread.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,7 +30,7 @@ typedef struct {
     node *n;
     struct cluster *c;
     pthread_t th;
-    const char *keys[1];
+    const char *keys[2];
     char dir[600], models[700], log[800];
 } test_node;
 
@@ -56,6 +60,7 @@ static void start(test_node *n, const char *name, const char *token, const test_
     }
     snprintf(n->log, sizeof n->log, "%s/access.log", n->dir);
     n->keys[0] = key;
+    n->keys[1] = "kc";                  /* a key every node of the test accepts */
     node_config_default(&nc);
     nc.cluster = &cc;
     nc.api.port = 0;
@@ -66,7 +71,7 @@ static void start(test_node *n, const char *name, const char *token, const test_
     nc.api.parallel = t_parallel;
     nc.api.queue = 1;                   /* a third request waits, a fourth gets 429 */
     nc.api.api_keys = n->keys;
-    nc.api.n_api_keys = 1;
+    nc.api.n_api_keys = 2;
     nc.api.access_log = n->log;
     nc.api.min_nodes = t_min_nodes;     /* 2: the model runs across both nodes */
     CHECK_OK(node_start(&nc, &n->n));
@@ -179,11 +184,31 @@ static void on_fwd(void *ud, const char *from, int type, const uint8_t *data, si
     pthread_mutex_unlock(&s->mu);
 }
 
-static void send_request(struct cluster *c, const char *to, uint32_t id, const char *path,
-                         const char *body)
+/* The key proof of docs/cluster-protocol.md §12 for API key `key`, request
+ * id, forwarded by node `asker` to node `server`, computed from the spec. */
+static void proof_of(const char *key, const char *asker, const char *server, uint32_t id,
+                     uint8_t out[32])
+{
+    uint8_t kh[32], idb[4];
+    crypto_generichash(kh, 32, (const uint8_t *)key, strlen(key),
+                       (const uint8_t *)"racimo-api-key-v1", 17);
+    wire_put32(idb, id);
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, kh, 32, 32);
+    crypto_generichash_update(&st, (const uint8_t *)"racimo-fwd-key-v1", 18);
+    crypto_generichash_update(&st, (const uint8_t *)asker, strlen(asker) + 1);
+    crypto_generichash_update(&st, (const uint8_t *)server, strlen(server) + 1);
+    crypto_generichash_update(&st, idb, 4);
+    crypto_generichash_final(&st, out, 32);
+}
+
+/* FWD_REQUEST from cluster c to node `to`; `key`: the API key it proves
+ * (NULL: no proof), made for node `proof_for` (NULL: `to`). */
+static void send_request_key(struct cluster *c, const char *to, uint32_t id, const char *path,
+                             const char *body, const char *key, const char *proof_for)
 {
     uint8_t m[1024];
-    size_t pl = strlen(path), bl = strlen(body);
+    size_t pl = strlen(path), bl = strlen(body), kl = key ? 32 : 0;
     wire_put32(m, id);
     m[4] = (uint8_t)pl;
     m[5] = 0;
@@ -191,8 +216,18 @@ static void send_request(struct cluster *c, const char *to, uint32_t id, const c
     m[6 + pl] = 4;                                   /* the client: "test" */
     m[7 + pl] = 0;
     memcpy(m + 8 + pl, "test", 4);
-    memcpy(m + 12 + pl, body, bl);
-    CHECK_OK(cluster_send(c, to, 0x58, m, 12 + pl + bl));
+    m[12 + pl] = (uint8_t)kl;
+    m[13 + pl] = 0;
+    if (key)
+        proof_of(key, cluster_self_id(c), proof_for ? proof_for : to, id, m + 14 + pl);
+    memcpy(m + 14 + pl + kl, body, bl);
+    CHECK_OK(cluster_send(c, to, 0x58, m, 14 + pl + kl + bl));
+}
+
+static void send_request(struct cluster *c, const char *to, uint32_t id, const char *path,
+                         const char *body)
+{
+    send_request_key(c, to, id, path, body, "kc", NULL);
 }
 
 /* Waits for the FWD_END of request id; returns its index. */
@@ -246,6 +281,7 @@ static void wait_load(test_node *n, const char *key, int active, int queued)
 
 #define KA "Authorization: Bearer ka\r\n"
 #define KB "Authorization: Bearer kb\r\n"
+#define KC "Authorization: Bearer kc\r\n"
 #define CHAT(extra) "{\"model\":\"fw\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," \
                     "\"temperature\":0" extra "}"
 
@@ -273,7 +309,7 @@ TEST_T(forward_requests_between_nodes, 180)
     CHECK_INT(http_request(port(&b), "GET", "/api/tags", KB, NULL, buf, sizeof buf), ==, 200);
     CHECK(strstr(buf, "\"name\":\"fw:latest\""));
     /* its metadata comes from the node with the file */
-    CHECK_INT(http_request(port(&b), "POST", "/api/show", KB, "{\"model\":\"fw\"}", buf,
+    CHECK_INT(http_request(port(&b), "POST", "/api/show", KC, "{\"model\":\"fw\"}", buf,
                            sizeof buf), ==, 200);
     CHECK(strstr(body_of(buf), "\"general.architecture\":\"llama\""));
 
@@ -284,11 +320,18 @@ TEST_T(forward_requests_between_nodes, 180)
     content_of(buf, want, sizeof want);
     wait_sees(&b, ida, "fw");
 
-    /* node b answers with node a's instance: same tokens, b's key only */
-    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB, CHAT(",\"max_tokens\":6"),
+    /* node b answers with node a's instance: same tokens, with a key both accept */
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":6"),
                            buf, sizeof buf), ==, 200);
     content_of(buf, got, sizeof got);
     CHECK_STR(got, want);
+    /* b's own key is not one of a's: a refuses, and says so through b */
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB, CHAT(",\"max_tokens\":2"),
+                           buf, sizeof buf), ==, 401);
+    CHECK(strstr(buf, "invalid_api_key") && strstr(buf, "node fa") && strstr(buf, "node fb"));
+    CHECK_INT(http_request(port(&b), "POST", "/api/generate", KB,
+                           "{\"model\":\"fw\",\"prompt\":\"hi\"}", buf, sizeof buf), ==, 401);
+    CHECK(strstr(body_of(buf), "{\"error\":\"node fa"));          /* in Ollama's style */
     CHECK_INT(http_request(port(&b), "GET", "/v1/cluster", KB, NULL, buf, sizeof buf), ==, 200);
     json_t *v = json_loads(body_of(buf), 0, NULL);
     CHECK_INT(json_array_size(json_object_get(json_object_get(v, "pipelines"), "instances")), ==, 0);
@@ -297,16 +340,19 @@ TEST_T(forward_requests_between_nodes, 180)
     char via[64];
     snprintf(via, sizeof via, " via %.8s\"", idb);       /* a's log names who asked */
     CHECK(log_has(&a, via, "\"finish\":\"length\""));
+    CHECK(log_has(&a, via, "\"key\":\"key-2\""));           /* the serving node's key id */
+    CHECK(log_has(&a, via, "\"status\":401"));
+    CHECK(log_has(&b, "\"status\":401", "\"finish\":\"forwarded\""));
     CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":2"),
                            buf, sizeof buf), ==, 401);          /* b's keys, not a's */
 
     /* streams, in both styles */
-    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB,
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KC,
                            CHAT(",\"max_tokens\":4,\"stream\":true"), buf, sizeof buf), ==, 200);
     CHECK(strstr(buf, "text/event-stream"));
     CHECK(strstr(body_of(buf), "chat.completion.chunk"));
     CHECK(strstr(buf, "data: [DONE]"));
-    CHECK_INT(http_request(port(&b), "POST", "/api/generate", KB,
+    CHECK_INT(http_request(port(&b), "POST", "/api/generate", KC,
                            "{\"model\":\"fw\",\"prompt\":\"hi\",\"options\":{\"num_predict\":3}}",
                            buf, sizeof buf), ==, 200);
     CHECK(strstr(buf, "application/x-ndjson"));
@@ -317,7 +363,7 @@ TEST_T(forward_requests_between_nodes, 180)
                            CHAT(",\"max_tokens\":2"), buf, sizeof buf), ==, 401);
 
     /* a client that leaves cancels the generation on the serving node */
-    int fd = http_open(port(&b), "POST", "/v1/chat/completions", KB,
+    int fd = http_open(port(&b), "POST", "/v1/chat/completions", KC,
                        CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
     CHECK(read(fd, buf, 64) > 0);
     close(fd);
@@ -331,7 +377,7 @@ TEST_T(forward_requests_between_nodes, 180)
         busy[i] = http_open(port(&a), "POST", "/v1/chat/completions", KA,
                             CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
     wait_load(&a, KA, 2, 1);
-    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB, CHAT(",\"max_tokens\":2"),
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":2"),
                            buf, sizeof buf), ==, 429);
     CHECK(strstr(buf, "Retry-After: 1"));
     for (int i = 0; i < 3; i++)
@@ -377,6 +423,25 @@ TEST_T(forward_requests_between_nodes, 180)
     }
     CHECK(head && body);
     CHECK_STR(s.text[e], "");                                     /* ended well */
+    /* a's keys apply to members too: no proof, a proof of a key a lacks, or a
+     * proof made for another node (b) are all answered 401, and ended well */
+    send_request_key(c, ida, 9, "/v1/completions", "{\"model\":\"fw\",\"prompt\":\"hi\"}",
+                     NULL, NULL);
+    send_request_key(c, ida, 10, "/v1/completions", "{\"model\":\"fw\",\"prompt\":\"hi\"}",
+                     "kb", NULL);
+    send_request_key(c, ida, 11, "/api/generate", "{\"model\":\"fw\",\"prompt\":\"hi\"}",
+                     "kc", idb);
+    for (uint32_t id = 9; id <= 11; id++) {
+        e = wait_end(&s, id);
+        CHECK_STR(s.text[e], "");
+        head = body = false;
+        for (int i = 0; i < e; i++) {
+            head |= s.type[i] == 0x59 && s.id[i] == id && !strcmp(s.text[i], "401");
+            body |= s.type[i] == 0x5a && s.id[i] == id && strstr(s.text[i], "requires one of its");
+        }
+        CHECK(head && body);
+    }
+    CHECK_INT(log_count(&a, "\"client\":\"test via", "\"status\":401"), ==, 3);
     uint8_t junk[16] = { 1, 2, 3, 4, 0xc8, 0, 0, 0, 5, 0, 'x' };
     for (t = 0; t < 8000 && cluster_send(c, idb, 0x5f, junk, sizeof junk) != 0; t += 20)
         usleep(20000);                                            /* c meets b by gossip */
@@ -384,13 +449,13 @@ TEST_T(forward_requests_between_nodes, 180)
         CHECK_OK(cluster_send(c, idb, type, junk, sizeof junk));   /* ids b never gave */
     cluster_free(c);
     pthread_mutex_destroy(&s.mu);
-    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB, CHAT(",\"max_tokens\":6"),
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":6"),
                            buf, sizeof buf), ==, 200);
     content_of(buf, got, sizeof got);
     CHECK_STR(got, want);
 
     /* the serving node stopping ends a forwarded stream with a reason */
-    fd = http_open(port(&b), "POST", "/v1/chat/completions", KB,
+    fd = http_open(port(&b), "POST", "/v1/chat/completions", KC,
                    CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
     CHECK(read(fd, buf, 64) > 0);
     stop(&a);
@@ -431,7 +496,7 @@ TEST_T(forward_balances_busy_copies, 120)
     int fd = http_open(port(&a), "POST", "/v1/chat/completions", KA,
                        CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
     CHECK(read(fd, buf, 64) > 0);
-    CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":4"),
+    CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":4"),
                            buf, sizeof buf), ==, 200);
     CHECK(strstr(body_of(buf), "chat.completion"));
     CHECK_INT(log_count(&a, "\"finish\":\"forwarded\"", "\"status\":200"), ==, 1);

@@ -31,8 +31,11 @@ typedef struct {
     int threads;                      /* per model (default: physical cores) */
     int queue;                        /* waiting requests per model beyond the
                                          sequences (default 64); more get 429 */
-    const char *const *api_keys;      /* none: no authentication */
+    const char *const *api_keys;      /* none: no authentication; requests other nodes
+                                         forward here need one of these keys too */
     int n_api_keys;
+    const char *tls_cert;             /* with tls_key: HTTPS with this PEM certificate chain */
+    const char *tls_key;              /* and this PEM private key; NULL: plain HTTP */
     const char *const *cors_origins;  /* none: no CORS headers; "*" any */
     int n_cors_origins;
     size_t max_body_bytes;            /* default 8 MiB */
@@ -58,6 +61,9 @@ typedef struct {
                                          pulled (its head, then what this node runs) */
     struct api_forward *forward;      /* with a cluster: requests for a model another node
                                          serves go there (api_forward_new) */
+    bool test_forward_no_key;         /* tests only (racimo-hooks): requests this node
+                                         forwards carry no API key proof, as from a member
+                                         that drops the client's key */
 } api_config;
 
 void api_config_default(api_config *c);

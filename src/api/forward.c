@@ -10,15 +10,29 @@
  * to the copy with the most free slots (each node publishes them,
  * `serving_free`), so copies share the load.
  *
- * The serving node makes the request to its own HTTP server on loopback,
- * marked with a secret that only this process knows (no API key is asked,
- * and it is never forwarded again), so every endpoint behaves exactly as
- * for a local client: its status, headers, SSE or NDJSON stream, errors.
+ * One API-key policy: the serving node applies its own keys to every
+ * request, forwarded or not.  The asking node sends, instead of the key its
+ * client presented, a proof of it bound to this one request: BLAKE2b-256
+ * keyed with BLAKE2b-256(key) over both node ids and the request id
+ * (key_proof).  The serving node computes the same for each of its keys; a
+ * request that proves none of them (when it has keys) is answered 401,
+ * which the asking node relays to its client.  The key never leaves the node
+ * it was given to, not even over the encrypted link: a member that receives
+ * forwarded requests (by advertising a model) learns no key to use at
+ * other nodes' HTTP APIs, and a proof it receives names it as the serving
+ * node, so it cannot be replayed to another node either.
+ *
+ * The admitted request is replayed to the node's own HTTP server on a
+ * loopback-only listener, marked with a secret that only this process knows
+ * (and the id of the key it proved, for the log; it is never forwarded
+ * again), so every endpoint behaves exactly as for a local client: its
+ * status, headers, SSE or NDJSON stream, errors.  The mark counts only on
+ * that listener, from loopback, for the forwarding paths (fwd_internal).
  *
  * Messages (docs/cluster-protocol.md §12), little-endian, each naming the
  * request by the id the asking node gave it:
- *   FWD_REQUEST 0x58  u32 id, u16 path length, path, u16 length, the client's
- *                     address (for the serving node's log), body
+ *   FWD_REQUEST 0x58  u32 id, path, the client's address (for the serving
+ *                     node's log), the key proof, body (fwd_wire.c)
  *   FWD_HEAD    0x59  u32 id, u32 status, u16 length, Content-Type, u16 length,
  *                     Retry-After (of a 429)
  *   FWD_BODY    0x5a  u32 id, bytes of the body
@@ -30,6 +44,7 @@
  * everything else.
  */
 #include "server_internal.h"
+#include "fwd_wire.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -42,8 +57,11 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/util.h>
+#include <netinet/in.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 enum { FWD_REQUEST = 0x58, FWD_HEAD = 0x59, FWD_BODY = 0x5a, FWD_END = 0x5b, FWD_CANCEL = 0x5c,
        FWD_DOWN = -1 };
@@ -53,6 +71,7 @@ enum { FWD_REQUEST = 0x58, FWD_HEAD = 0x59, FWD_BODY = 0x5a, FWD_END = 0x5b, FWD
 #define FWD_QUEUE_MAX (64u << 20)      /* message bytes waiting for the loop */
 #define FWD_HEADER "X-Racimo-Forward"
 #define FWD_CLIENT "X-Racimo-Client"          /* who asked, for the access log */
+#define FWD_KEY_ID "X-Racimo-Key"             /* the serving node's key proved ("key-N") */
 
 /* ---- the cluster side: a queue for the server's loop ---- */
 
@@ -179,6 +198,8 @@ struct fwd_side {
     api_server *s;
     struct event *ev;
     char secret[33];
+    uint8_t (*key_hash)[32];        /* BLAKE2b-256 of each of this node's API keys */
+    int n_keys;
     fwd_out *outs;
     fwd_in *ins;
     int n_ins;
@@ -229,6 +250,107 @@ static void send_end(api_server *s, const char *to, uint32_t id, const char *err
     uint8_t flag[4];
     wire_put32(flag, error ? 1 : 0);
     send_msg(s, to, FWD_END, id, flag, 4, error, error ? strlen(error) : 0);
+}
+
+/* -- API keys across nodes -- */
+
+/* BLAKE2b-256 of an API key, keyed with a fixed label so that the hash is
+ * of no use for anything else. */
+static void key_hash(const char *key, size_t len, uint8_t out[32])
+{
+    static const char label[] = "racimo-api-key-v1";      /* a BLAKE2b key is 16-64 bytes */
+    crypto_generichash(out, 32, (const uint8_t *)key, len, (const uint8_t *)label,
+                       sizeof label - 1);
+}
+
+/* The proof that request `id`, forwarded by node `asker` to node `server`,
+ * was admitted with the key whose key_hash is kh.  Both ids are in it, so a
+ * serving node cannot pass a proof it received on to a third node. */
+static void key_proof(const uint8_t kh[32], const char *asker, const char *server, uint32_t id,
+                      uint8_t out[FWD_PROOF_BYTES])
+{
+    static const char label[] = "racimo-fwd-key-v1";
+    uint8_t idb[4];
+    wire_put32(idb, id);
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, kh, 32, FWD_PROOF_BYTES);
+    crypto_generichash_update(&st, (const uint8_t *)label, sizeof label);  /* with the NULs */
+    crypto_generichash_update(&st, (const uint8_t *)asker, strlen(asker) + 1);
+    crypto_generichash_update(&st, (const uint8_t *)server, strlen(server) + 1);
+    crypto_generichash_update(&st, idb, sizeof idb);
+    crypto_generichash_final(&st, out, FWD_PROOF_BYTES);
+    sodium_memzero(&st, sizeof st);
+}
+
+/* Which of this node's keys `proof` (NULL: none sent) proves for request
+ * id from node `from`, or -1.  Every key is tried, so the time taken does
+ * not tell which one matched. */
+static int proven_key(struct fwd_side *fs, const char *from, uint32_t id, const uint8_t *proof)
+{
+    const char *self = cluster_self_id(fs->s->cfg.cluster);
+    int found = -1;
+    for (int i = 0; i < fs->n_keys; i++) {
+        uint8_t p[FWD_PROOF_BYTES];
+        key_proof(fs->key_hash[i], from, self, id, p);
+        if (proof && sodium_memcmp(p, proof, FWD_PROOF_BYTES) == 0 && found < 0)
+            found = i;
+    }
+    return found;
+}
+
+/* "NAME (ID8)" of a node, its name made printable, for messages. */
+static void node_label(api_server *s, const char *id, char *out, size_t cap)
+{
+    json_t *view = cluster_snapshot(s->cfg.cluster), *n;
+    size_t i;
+    char name[40] = "?";
+    json_array_foreach(json_object_get(view, "nodes"), i, n) {
+        const char *nid = json_string_value(json_object_get(n, "id"));
+        const char *nn = json_string_value(json_object_get(n, "name"));
+        if (nid && nn && !strcmp(nid, id))
+            snprintf(name, sizeof name, "%s", nn);
+    }
+    json_decref(view);
+    for (char *c = name; *c; c++)
+        if (*c < 0x21 || *c > 0x7e)
+            *c = '?';
+    snprintf(out, cap, "%s (%.8s)", name, id);
+}
+
+/* A forwarded request that proves none of this node's keys: answered 401
+ * in the endpoint's style, as this node's API answers a client without a
+ * key, and logged here; the asking node relays the answer to its client. */
+static void refuse_key(api_server *s, const char *from, uint32_t id, const char *path,
+                       const char *client, bool had_proof)
+{
+    char who[64], self[64];
+    node_label(s, from, who, sizeof who);
+    node_label(s, cluster_self_id(s->cfg.cluster), self, sizeof self);
+    rc_log(LOG_WARN, "forward: refused %s (request %u) from node %s: %s", path, (unsigned)id,
+           who, had_proof ? "the key it carries is none of this node's API keys"
+                          : "it carries no API key, and this node requires one");
+    api_error e;
+    api_fail(&e, 401, "invalid_api_key", NULL, "node %s, which serves this model, requires one "
+             "of its own API keys: the request node %s forwarded to it carried %s", self, who,
+             had_proof ? "a key that is not one of them" : "none");
+    json_t *j = srv_is_ollama_path(path) ? json_pack("{s:s}", "error", e.message)
+                                         : openai_error_json(&e);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    static const char ct[] = "application/json";
+    uint8_t head[4 + 2 + sizeof ct - 1 + 2] = { 0 };
+    wire_put32(head, 401);
+    head[4] = sizeof ct - 1;
+    memcpy(head + 6, ct, sizeof ct - 1);        /* then an empty Retry-After */
+    send_msg(s, from, FWD_HEAD, id, head, sizeof head, NULL, 0);
+    if (text)
+        send_msg(s, from, FWD_BODY, id, text, strlen(text), NULL, 0);
+    free(text);
+    send_end(s, from, id, NULL);
+    metrics_request(s->metrics, path, 401);
+    access_entry a = { .client = client, .method = "POST", .path = path, .status = 401,
+                       .ttft_ms = -1 };
+    access_log_write(s->alog, &a);
 }
 
 /* -- the serving side -- */
@@ -313,36 +435,34 @@ static void in_done(struct evhttp_request *req, void *arg)
 static const char *const forwardable[] = { "/v1/chat/completions", "/v1/completions",
                                            "/api/chat", "/api/generate", "/api/show" };
 
+static bool forwarding_path(const char *path)
+{
+    for (size_t i = 0; i < sizeof forwardable / sizeof forwardable[0]; i++)
+        if (!strcmp(path, forwardable[i]))
+            return true;
+    return false;
+}
+
 static void in_start(api_server *s, const char *from, const uint8_t *d, size_t len)
 {
     struct fwd_side *fs = s->fwd;
     if (len < 6)
         return;                                   /* no id to answer to */
     uint32_t id = wire_get32(d);
-    size_t pl = (size_t)d[4] | (size_t)d[5] << 8, cl = 0;
-    char path[64] = "", client[96] = "";
-    bool ok = false;
-    if (pl < sizeof path && 8 + pl <= len) {
-        memcpy(path, d + 6, pl);
-        path[pl] = '\0';
-        for (size_t i = 0; i < sizeof forwardable / sizeof forwardable[0]; i++)
-            ok |= !strcmp(path, forwardable[i]);
-        cl = (size_t)d[6 + pl] | (size_t)d[7 + pl] << 8;
-        ok = ok && 8 + pl + cl <= len;
-    }
-    if (ok) {
-        /* "ADDRESS via NODE": printable, and short enough for the log */
-        size_t n = snprintf(client, sizeof client, "%.*s", (int)(cl < 48 ? cl : 48),
-                            (const char *)d + 8 + pl);
-        for (size_t i = 0; i < n; i++)
-            if (client[i] < 0x21 || client[i] > 0x7e)
-                client[i] = '?';
-        snprintf(client + n, sizeof client - n, " via %.8s", from);
-    }
-    const uint8_t *body = ok ? d + 8 + pl + cl : d;
-    size_t blen = ok ? len - 8 - pl - cl : 0;
-    char why[200] = "";
-    if (!ok)
+    fwd_request r;
+    char client[96] = "", bad[100], why[200] = "";
+    bool formed = fwd_request_parse(d, len, &r, bad, sizeof bad) == 0;
+    /* "ADDRESS via NODE": printable, and short enough for the log */
+    size_t n = 0;
+    for (; n < r.client_len && n < 48; n++)
+        client[n] = r.client[n] < 0x21 || r.client[n] > 0x7e ? '?' : (char)r.client[n];
+    snprintf(client + n, sizeof client - n, " via %.8s", from);
+    const char *path = r.path;
+    const uint8_t *body = r.body;
+    size_t blen = r.body_len;
+    if (!formed)
+        snprintf(why, sizeof why, "a malformed request: %s", bad);
+    else if (!forwarding_path(path))
         snprintf(why, sizeof why, "a forwarded request must be a generation endpoint or "
                  "/api/show");
     else if (blen > s->cfg.max_body_bytes)
@@ -358,12 +478,13 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
         send_end(s, from, id, why);
         return;
     }
+    /* this node's API keys, as for its own clients */
+    int key = -1;
+    if (fs->n_keys && (key = proven_key(fs, from, id, r.proof)) < 0) {
+        refuse_key(s, from, id, path, client, r.proof != NULL);
+        return;
+    }
     fwd_in *fi = rc_calloc(1, sizeof *fi);
-    const char *host = s->cfg.host && *s->cfg.host ? s->cfg.host : "127.0.0.1";
-    if (!strcmp(host, "0.0.0.0"))
-        host = "127.0.0.1";
-    else if (!strcmp(host, "::"))
-        host = "::1";
     struct evhttp_request *req = NULL;
     if (fi) {
         fi->fs = fs;
@@ -372,7 +493,8 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
         fi->next = fs->ins;
         fs->ins = fi;
         fs->n_ins++;
-        fi->conn = evhttp_connection_base_new(s->base, NULL, host, (ev_uint16_t)s->port);
+        fi->conn = evhttp_connection_base_new(s->base, NULL, "127.0.0.1",
+                                              (ev_uint16_t)s->local_port);
     }
     if (fi && fi->conn && (req = evhttp_request_new(in_done, fi))) {
         /* a model may load for minutes before the first byte */
@@ -387,6 +509,11 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
         evhttp_add_header(h, "Connection", "close");
         evhttp_add_header(h, FWD_HEADER, fs->secret);
         evhttp_add_header(h, FWD_CLIENT, client);
+        if (key >= 0) {
+            char kid[16];
+            snprintf(kid, sizeof kid, "key-%d", key + 1);
+            evhttp_add_header(h, FWD_KEY_ID, kid);
+        }
         evbuffer_add(evhttp_request_get_output_buffer(req), body, blen);
         if (evhttp_make_request(fi->conn, req, EVHTTP_REQ_POST, path) == 0) {
             rc_log(LOG_INFO, "forward: running %s for node %.8s", path, from);
@@ -656,6 +783,15 @@ int fwd_attach(api_server *s)
         rc_free(fs);
         return rc_fail(RC_ENOMEM, "out of memory");
     }
+    int nk = s->cfg.n_api_keys;
+    if (sodium_init() < 0 || (nk && !(fs->key_hash = rc_calloc((size_t)nk, sizeof *fs->key_hash)))) {
+        event_free(fs->ev);
+        rc_free(fs);
+        return rc_fail(RC_ENOMEM, "out of memory, or libsodium cannot start");
+    }
+    fs->n_keys = nk;
+    for (int i = 0; i < nk; i++)
+        key_hash(s->cfg.api_keys[i], strlen(s->cfg.api_keys[i]), fs->key_hash[i]);
     uint8_t raw[16];
     evutil_secure_rng_get_bytes(raw, sizeof raw);
     for (int i = 0; i < 16; i++)
@@ -696,6 +832,9 @@ void fwd_detach(api_server *s)
         in_unlink_free(fs->ins);
     }
     event_free(fs->ev);
+    if (fs->key_hash)
+        sodium_memzero(fs->key_hash, (size_t)fs->n_keys * sizeof *fs->key_hash);
+    rc_free(fs->key_hash);
     rc_free(fs);
     s->fwd = NULL;
 }
@@ -705,10 +844,46 @@ const char *fwd_client(struct evhttp_request *req)
     return evhttp_find_header(evhttp_request_get_input_headers(req), FWD_CLIENT);
 }
 
-bool fwd_internal(api_server *s, struct evhttp_request *req)
+const char *fwd_key_id(struct evhttp_request *req)
+{
+    return evhttp_find_header(evhttp_request_get_input_headers(req), FWD_KEY_ID);
+}
+
+static bool is_loopback(const struct sockaddr *sa)
+{
+    if (sa && sa->sa_family == AF_INET)
+        return ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24 == 127;
+    if (sa && sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+bool fwd_internal(api_server *s, struct evhttp_request *req, const char *path, bool local)
 {
     const char *v = evhttp_find_header(evhttp_request_get_input_headers(req), FWD_HEADER);
-    return s->fwd && v && !strcmp(v, s->fwd->secret);
+    if (!v)
+        return false;
+    struct fwd_side *fs = s->fwd;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    const size_t n = sizeof fs->secret - 1;
+    const char *why = NULL;
+    if (!fs || !local)
+        why = "on the public listener (this node replays forwarded requests on loopback)";
+    else if (!evcon || !is_loopback(evhttp_connection_get_addr(evcon)))
+        why = "from an address that is not loopback";
+    else if (!forwarding_path(path))
+        why = "for an endpoint that is never forwarded";
+    else if (strlen(v) != n || sodium_memcmp(v, fs->secret, n) != 0)
+        why = "with a wrong secret";
+    if (why) {
+        char peer[64];
+        srv_peer(req, peer, sizeof peer);
+        rc_log(LOG_WARN, "api: a request from %s for %.64s carried the forwarding mark %s: it "
+               "is treated as any client's", peer, path, why);
+    }
+    return !why;
 }
 
 /* Requests for model `want` this node has running on node `id`. */
@@ -826,26 +1001,29 @@ bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, cons
     }
     o->id = fs->next_id++;
     o->evcon = evhttp_request_get_connection(req);
-    if (o->evcon) {
-        const char *addr = NULL;
-        ev_uint16_t port = 0;
-        evhttp_connection_get_peer(o->evcon, (char **)&addr, &port);
-        snprintf(o->client, sizeof o->client, "%s:%u", addr ? addr : "?", (unsigned)port);
+    if (o->evcon)
+        srv_peer(req, o->client, sizeof o->client);
+    /* the key the client presented (checked here when this node has keys),
+     * as a proof for this request only: the serving node applies its own keys */
+    const char *given = srv_bearer(req);
+    uint8_t proof[FWD_PROOF_BYTES];
+    fwd_request fr = { .id = o->id, .client = (const uint8_t *)o->client,
+                       .client_len = strlen(o->client), .body = (const uint8_t *)body,
+                       .body_len = len };
+    snprintf(fr.path, sizeof fr.path, "%s", path);
+    if (given && *given && !s->cfg.test_forward_no_key) {
+        uint8_t kh[32];
+        key_hash(given, strlen(given), kh);
+        key_proof(kh, cluster_self_id(s->cfg.cluster), o->node, o->id, proof);
+        sodium_memzero(kh, sizeof kh);
+        fr.proof = proof;
     }
-    size_t pl = strlen(path), cl = strlen(o->client);
-    uint8_t *msg = rc_malloc(8 + pl + cl + len);
+    size_t n = fwd_request_size(&fr);
+    uint8_t *msg = rc_malloc(n);
     int rc = RC_ENOMEM;
     if (msg) {
-        wire_put32(msg, o->id);
-        msg[4] = (uint8_t)(pl & 0xff);
-        msg[5] = (uint8_t)(pl >> 8);
-        memcpy(msg + 6, path, pl);
-        msg[6 + pl] = (uint8_t)(cl & 0xff);
-        msg[7 + pl] = (uint8_t)(cl >> 8);
-        memcpy(msg + 8 + pl, o->client, cl);
-        if (len)
-            memcpy(msg + 8 + pl + cl, body, len);
-        rc = cluster_send(s->cfg.cluster, o->node, FWD_REQUEST, msg, 8 + pl + cl + len);
+        fwd_request_encode(&fr, msg);
+        rc = cluster_send(s->cfg.cluster, o->node, FWD_REQUEST, msg, n);
         rc_free(msg);
     }
     if (rc) {

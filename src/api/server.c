@@ -9,8 +9,12 @@
  *   - --timeout seconds of silence while a request is read or an answer
  *     written closes the connection (slow clients, slow-loris), without
  *     disturbing anyone else: the loop never waits on one socket.
+ * Listeners: the API's (HTTPS through tls.c with --tls-cert/--tls-key), and
+ * with a cluster a plain one on 127.0.0.1 where forward.c replays the
+ * requests other nodes forward (the only place its mark counts).
  */
 #include "server_internal.h"
+#include "tls.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -101,18 +105,36 @@ static bool same_secret(const char *a, size_t al, const char *b, size_t bl)
     return diff == 0;
 }
 
+const char *srv_bearer(struct evhttp_request *req)
+{
+    const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!auth || strncasecmp(auth, "Bearer ", 7))
+        return NULL;
+    const char *given = auth + 7;
+    while (*given == ' ')
+        given++;
+    return given;
+}
+
+void srv_peer(struct evhttp_request *req, char *out, size_t cap)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    char *addr = NULL;
+    ev_uint16_t port = 0;
+    if (evcon)
+        evhttp_connection_get_peer(evcon, &addr, &port);
+    snprintf(out, cap, "%s:%u", addr ? addr : "?", (unsigned)port);
+}
+
 /* 0 when the request may proceed (key_id set to "key-N" or ""). */
 static int check_key(api_server *s, struct evhttp_request *req, char *key_id, size_t cap)
 {
     key_id[0] = '\0';
     if (!s->cfg.n_api_keys)
         return 0;
-    const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-    if (!auth || strncasecmp(auth, "Bearer ", 7))
+    const char *given = srv_bearer(req);
+    if (!given)
         return -1;
-    const char *given = auth + 7;
-    while (*given == ' ')
-        given++;
     size_t gl = strlen(given);
     int found = -1;
     for (int i = 0; i < s->cfg.n_api_keys; i++)
@@ -162,14 +184,8 @@ static void log_request(api_server *s, struct evhttp_request *req, const char *m
     metrics_request(s->metrics, path, status);
     if (!s->alog)
         return;
-    char client[64] = "?";
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-    if (evcon) {
-        char *addr = NULL;
-        ev_uint16_t port = 0;
-        evhttp_connection_get_peer(evcon, &addr, &port);
-        snprintf(client, sizeof client, "%s:%u", addr ? addr : "?", (unsigned)port);
-    }
+    char client[64];
+    srv_peer(req, client, sizeof client);
     access_entry e = { .client = client, .key_id = key_id && key_id[0] ? key_id : NULL,
                        .method = method, .path = path, .status = status, .ttft_ms = -1 };
     access_log_write(s->alog, &e);
@@ -398,9 +414,9 @@ static int reply_err(api_server *s, struct evhttp_request *req, const char *path
     return status;
 }
 
-static void handle(struct evhttp_request *req, void *arg)
+/* `local`: the request came to the loopback listener of forwarded requests. */
+static void handle(struct evhttp_request *req, api_server *s, bool local)
 {
-    api_server *s = arg;
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *p = uri ? evhttp_uri_get_path(uri) : NULL;
     char path[256];
@@ -439,8 +455,10 @@ static void handle(struct evhttp_request *req, void *arg)
         log_request(s, req, "OPTIONS", path, 204, NULL);
         return;
     }
-    bool internal = fwd_internal(s, req);
-    if (strcmp(path, "/health") && !internal && check_key(s, req, key_id, sizeof key_id)) {
+    bool internal = fwd_internal(s, req, path, local);
+    if (internal)           /* admitted by forward.c with one of this node's keys */
+        snprintf(key_id, sizeof key_id, "%s", fwd_key_id(req) ? fwd_key_id(req) : "");
+    else if (strcmp(path, "/health") && check_key(s, req, key_id, sizeof key_id)) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
         status = reply_err(s, req, path, 401, "invalid_api_key", "%s",
                            "a valid API key is required: send 'Authorization: Bearer <key>'");
@@ -525,6 +543,9 @@ static void handle(struct evhttp_request *req, void *arg)
     log_request(s, req, method_name(method), r->path, status, key_id);
 }
 
+static void handle_public(struct evhttp_request *req, void *arg) { handle(req, arg, false); }
+static void handle_local(struct evhttp_request *req, void *arg) { handle(req, arg, true); }
+
 /* ---- start and end ---- */
 
 static void mail_cb(evutil_socket_t fd, short what, void *arg)
@@ -552,6 +573,39 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(s->base);
 }
 
+/* An evhttp with the server's limits listening on host:port (*port_out: the
+ * port bound). */
+static int listen_on(api_server *s, struct evhttp **out, void (*cb)(struct evhttp_request *, void *),
+                     const char *host, int port, int *port_out)
+{
+    struct evhttp *http = *out = evhttp_new(s->base);
+    if (!http)
+        return rc_fail(RC_ENOMEM, "cannot set up the event loop");
+    evhttp_set_timeout(http, s->cfg.timeout_s);
+    /* Bodies up to twice the limit are read and refused here with a JSON
+     * 413; evhttp cuts larger ones itself (its 413 has an HTML body:
+     * libevent 2.1 has no hook to answer before reading the body). */
+    evhttp_set_max_body_size(http, (ev_ssize_t)(s->cfg.max_body_bytes * 2 + 65536));
+    evhttp_set_max_headers_size(http, 64 << 10);
+    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                               EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                               EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(http, cb, s);
+    errno = 0;
+    struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(http, host,
+                                                                      (ev_uint16_t)port);
+    if (!sock)
+        return rc_fail(RC_EIO, "cannot listen on %s:%d: %s", host, port,
+                       errno ? strerror(errno) : "bind failed");
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    *port_out = port;
+    if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl) == 0)
+        *port_out = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                             : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return 0;
+}
+
 static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
 static void enable_threads(void) { evthread_use_pthreads(); }
 
@@ -568,35 +622,31 @@ int api_server_new(const api_config *cfg, api_server **out)
     s->id_state = s->t_start_ns ^ ((uint64_t)getpid() << 32);
     pthread_mutex_init(&s->mail_mu, NULL);
     int rc = 0;
-    if (!(s->base = event_base_new()) || !(s->http = evhttp_new(s->base)) ||
+    if (!(s->base = event_base_new()) ||
         !(s->mail_ev = event_new(s->base, -1, 0, mail_cb, s)) ||
         !(s->tick_ev = event_new(s->base, -1, EV_PERSIST, tick_cb, s)) || metrics_new(&s->metrics)) {
         rc = rc_fail(RC_ENOMEM, "cannot set up the event loop");
         goto fail;
     }
-    evhttp_set_timeout(s->http, cfg->timeout_s);
-    /* Bodies up to twice the limit are read and refused here with a JSON
-     * 413; evhttp cuts larger ones itself (its 413 has an HTML body:
-     * libevent 2.1 has no hook to answer before reading the body). */
-    evhttp_set_max_body_size(s->http, (ev_ssize_t)(cfg->max_body_bytes * 2 + 65536));
-    evhttp_set_max_headers_size(s->http, 64 << 10);
-    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                               EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                               EVHTTP_REQ_PATCH);
-    evhttp_set_gencb(s->http, handle, s);
-    struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(s->http, cfg->host,
-                                                                      (ev_uint16_t)cfg->port);
-    if (!sock) {
-        rc = rc_fail(RC_EIO, "cannot listen on %s:%d: %s", cfg->host, cfg->port,
-                     errno ? strerror(errno) : "bind failed");
-        goto fail;
+    if (cfg->tls_cert || cfg->tls_key) {
+        if (!cfg->tls_cert || !cfg->tls_key) {
+            rc = rc_fail(RC_EINVAL, "HTTPS needs both --tls-cert and --tls-key");
+            goto fail;
+        }
+        if ((rc = tls_server_ctx(cfg->tls_cert, cfg->tls_key, &s->tls)))
+            goto fail;
     }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    s->port = cfg->port;
-    if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl) == 0)
-        s->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                                           : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if ((rc = listen_on(s, &s->http, handle_public, cfg->host, cfg->port, &s->port)))
+        goto fail;
+    if (s->tls)
+        evhttp_set_bevcb(s->http, tls_server_bev, s->tls);
+    /* Other nodes' requests are replayed to this listener, never to the
+     * public one: plain HTTP however the public one speaks, reachable from
+     * this machine only, so that the forwarder's mark means something only
+     * here (fwd_internal). */
+    if (cfg->forward && cfg->cluster &&
+        (rc = listen_on(s, &s->http_local, handle_local, "127.0.0.1", 0, &s->local_port)))
+        goto fail;
     if ((rc = access_log_open(cfg->access_log, cfg->log_content, &s->alog)))
         goto fail;
     registry_config rcfg = {
@@ -651,6 +701,10 @@ void api_server_free(api_server *s)
         job_shutdown(s);
     if (s->http)
         evhttp_free(s->http);
+    if (s->http_local)
+        evhttp_free(s->http_local);
+    if (s->tls)
+        SSL_CTX_free(s->tls);
     for (int i = 0; i < 2; i++)
         if (s->sig_ev[i])
             event_free(s->sig_ev[i]);

@@ -12,6 +12,8 @@
  *   openai.c    /v1/... handlers and OpenAI response objects
  *   ollama.c    /api/... handlers and Ollama response objects
  *   cluster_admin.c  removing a node, rotating the cluster key
+ *   forward.c   requests forwarded between nodes (and their API-key proofs)
+ *   tls.c       HTTPS: OpenSSL contexts and bufferevents
  *
  * Threads: everything here runs on the event-loop thread except the three
  * engine callbacks in job.c (engine thread) and on_models_changed (loader
@@ -44,7 +46,11 @@ typedef struct api_job api_job;
 struct api_server {
     api_config cfg;
     struct event_base *base;
-    struct evhttp *http;
+    struct evhttp *http;            /* the API's listener (HTTPS with tls) */
+    struct evhttp *http_local;      /* with forwarding: plain HTTP on 127.0.0.1 only, where
+                                       the forwarder replays other nodes' requests */
+    int local_port;
+    struct ssl_ctx_st *tls;         /* --tls-cert/--tls-key, or NULL */
     struct event *mail_ev;          /* woken by engine and loader threads */
     struct event *tick_ev;          /* checks idle clients for disconnects */
     struct event *sig_ev[2];
@@ -138,6 +144,10 @@ struct api_job {
 /* ---- server.c ---- */
 void srv_cors_headers(api_server *s, struct evhttp_request *req);
 bool srv_is_ollama_path(const char *path);
+/* The key of req's 'Authorization: Bearer KEY' (NULL without one). */
+const char *srv_bearer(struct evhttp_request *req);
+/* The connection's peer as "ADDRESS:PORT" ("?" when unknown). */
+void srv_peer(struct evhttp_request *req, char *out, size_t cap);
 
 /* ---- cluster_admin.c ---- */
 /* POST /v1/cluster/nodes/{id}/remove and /v1/cluster/key/rotate (any path
@@ -163,11 +173,18 @@ const char *job_finish_reason(const api_job *j);
 /* ---- forward.c ---- */
 int  fwd_attach(api_server *s);         /* with cfg.forward: takes its messages */
 void fwd_detach(api_server *s);         /* ends every forward; before freeing the loop */
-/* Whether req came from this node's forwarder (then no key is needed and it
- * is not forwarded again). */
-bool fwd_internal(api_server *s, struct evhttp_request *req);
+/* Whether req is another node's request that this node's forwarder admitted
+ * and replays (then its key was checked there, and it is not forwarded
+ * again): it came to the loopback listener (`local`), from a loopback
+ * address, for a forwarding path, with the forwarder's secret.  A request
+ * that carries the mark but fails any of these is logged and counts as any
+ * client's. */
+bool fwd_internal(api_server *s, struct evhttp_request *req, const char *path, bool local);
 /* For such a request, who asked ("ADDRESS via NODE"), or NULL. */
 const char *fwd_client(struct evhttp_request *req);
+/* For such a request, the id of this node's key it was admitted with
+ * ("key-N"), or NULL when this node has no keys. */
+const char *fwd_key_id(struct evhttp_request *req);
 /* Sends a generation request to the node that serves model `name`, when that is
  * where it should run; false: run it here. */
 bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, const char *name,

@@ -1,7 +1,12 @@
-/* cli_http.c - one HTTP request to a running node. */
+/* cli_http.c - one HTTP request to a running node, over HTTPS for an
+ * https:// address (the server's certificate checked against the system's
+ * authorities, or $SSL_CERT_FILE for a private one). */
 #include "cli_http.h"
+#include "api/tls.h"
+#include "base/err.h"
 #include "base/mem.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,20 +56,28 @@ int cli_http(const char *method, const char *url, const char *path, const char *
     struct evhttp_uri *u = evhttp_uri_parse(url);
     const char *scheme = u ? evhttp_uri_get_scheme(u) : NULL;
     const char *host = u ? evhttp_uri_get_host(u) : NULL;
-    if (!u || !scheme || strcmp(scheme, "http") || !host || !*host) {
-        snprintf(err, cap, "'%.200s' is not an http://HOST:PORT address", url);
+    bool https = scheme && !strcmp(scheme, "https");
+    if (!u || !scheme || (strcmp(scheme, "http") && !https) || !host || !*host) {
+        snprintf(err, cap, "'%.200s' is not an http://HOST:PORT (or https://) address", url);
         if (u)
             evhttp_uri_free(u);
         return -1;
     }
-    int port = evhttp_uri_get_port(u) > 0 ? evhttp_uri_get_port(u) : 80;
+    int port = evhttp_uri_get_port(u) > 0 ? evhttp_uri_get_port(u) : https ? 443 : 80;
     pending p = { .r = r };
     struct event_base *base = event_base_new();
-    struct evhttp_connection *conn =
-        base ? evhttp_connection_base_new(base, NULL, host, (ev_uint16_t)port) : NULL;
-    struct evhttp_request *req = conn ? evhttp_request_new(on_done, &p) : NULL;
+    SSL_CTX *tls = NULL;
+    struct evhttp_connection *conn = NULL;
+    struct evhttp_request *req = NULL;
     int rc = -1;
-    if (!req) {
+    if (https && base && tls_client_ctx(&tls)) {
+        snprintf(err, cap, "%s", rc_errmsg());
+        goto out;
+    }
+    struct bufferevent *bev = tls && base ? tls_client_bev(base, tls, host) : NULL;
+    if (base && (!tls || bev))
+        conn = evhttp_connection_base_bufferevent_new(base, NULL, bev, host, (ev_uint16_t)port);
+    if (!(req = conn ? evhttp_request_new(on_done, &p) : NULL)) {
         snprintf(err, cap, "out of memory");
         goto out;
     }
@@ -89,8 +102,15 @@ int cli_http(const char *method, const char *url, const char *path, const char *
         goto out;
     }
     event_base_dispatch(base);
-    if (p.error)
+    if (p.error && tls) {
+        /* the usual reason: a certificate that this machine does not trust */
+        char why[200];
+        const char *e = tls_error(evhttp_connection_get_bufferevent(conn), why, sizeof why);
+        snprintf(err, cap, "%s: %s%s%s", url, *e ? "TLS: " : p.error, e,
+                 *e ? " (a private certificate authority: SSL_CERT_FILE=ca.pem)" : "");
+    } else if (p.error) {
         snprintf(err, cap, "%s: %s", url, p.error);
+    }
     else
         rc = 0;
 out:
@@ -98,6 +118,8 @@ out:
         evhttp_connection_free(conn);
     if (base)
         event_base_free(base);
+    if (tls)
+        SSL_CTX_free(tls);
     evhttp_uri_free(u);
     if (rc) {
         rc_free(r->body);

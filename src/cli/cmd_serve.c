@@ -38,7 +38,10 @@ static void usage(FILE *f)
         "  -t, --threads N         threads per model (default: physical cores)\n"
         "  --queue N               requests waiting beyond the sequences before 429 (default 64)\n"
         "  --api-key KEY           require 'Authorization: Bearer KEY' (repeatable)\n"
-        "  --api-key-file FILE     keys, one per line ('#' comments)\n"
+        "  --api-key-file FILE     keys, one per line ('#' comments); requests other nodes\n"
+        "                          forward here need one of this node's keys too\n"
+        "  --tls-cert FILE         serve HTTPS with this PEM certificate (chain) ...\n"
+        "  --tls-key FILE          ... and this PEM private key (both, or neither)\n"
         "  --cors-origin ORIGIN    allow browsers from ORIGIN ('*' for any; repeatable)\n"
         "  --max-body BYTES        largest request body (default 8388608)\n"
         "  --timeout S             drop a connection silent for S seconds while a request is\n"
@@ -206,6 +209,10 @@ int cmd_serve(int argc, char **argv)
                 rc = cli_error(NULL);
                 goto out;
             }
+        } else if (!strcmp(a, "--tls-cert")) {
+            cfg.tls_cert = val;
+        } else if (!strcmp(a, "--tls-key")) {
+            cfg.tls_key = val;
         } else if (!strcmp(a, "--cors-origin")) {
             if (n_cors >= MAX_LIST) { fprintf(stderr, "racimo: serve: too many --cors-origin\n"); goto out; }
             cors[n_cors++] = val;
@@ -349,6 +356,8 @@ int cmd_serve(int argc, char **argv)
             }
             cc.test_claim_id_set = ok;
         }
+        /* a member that forwards its clients' requests without their keys */
+        cfg.test_forward_no_key = getenv("RACIMO_TEST_FORWARD_NO_KEY") != NULL;
 #endif
     }
     node_config nc;
@@ -381,12 +390,17 @@ int cmd_serve(int argc, char **argv)
                         "racimo: to add a machine, run there:  RACIMO_JOIN_TOKEN=%s racimo serve "
                         "--host 0.0.0.0\n", state_dir, cluster_join_token(node_cluster(nd)));
     /* the line scripts wait for; with --port 0 it names the port chosen */
-    fprintf(stderr, "racimo: listening on http://%s:%d (%d model%s given, %s)\n", cfg.host,
+    fprintf(stderr, "racimo: listening on %s://%s:%d (%d model%s given, %s)\n",
+            cfg.tls_cert ? "https" : "http", cfg.host,
             node_http_port(nd), n_models, n_models == 1 ? "" : "s",
             n_keys ? "API keys required" : "no API key required");
-    if (!n_keys && strcmp(cfg.host, "127.0.0.1") && strcmp(cfg.host, "localhost") &&
-        strcmp(cfg.host, "::1"))
+    bool beyond = strcmp(cfg.host, "127.0.0.1") && strcmp(cfg.host, "localhost") &&
+                  strcmp(cfg.host, "::1");
+    if (beyond && !n_keys)
         fprintf(stderr, "racimo: warning: listening beyond this machine without --api-key\n");
+    else if (beyond && !cfg.tls_cert)
+        fprintf(stderr, "racimo: warning: API keys cross the network in clear without "
+                        "--tls-cert/--tls-key\n");
     fflush(stderr);
     rc = node_run(nd) ? cli_error("serve") : 0;
     node_free(nd);

@@ -20,7 +20,13 @@
 #   `racimo nodes remove` is refused everywhere and cannot rejoin; `racimo
 #   token --rotate` carries the live members over to a new key without a
 #   link lost, the old token is refused, the new one joins, and a member away
-#   during the rotation is refused until given the new token.
+#   during the rotation is refused until given the new token.  Then a cluster with
+#   API keys and HTTPS: a request forwarded to a node serving over TLS is
+#   answered with a key both nodes hold; one forwarded by a member that
+#   drops its clients' keys (racimo-hooks, RACIMO_TEST_FORWARD_NO_KEY) or
+#   from a node with another key is refused 401 by the serving node (logged
+#   there) and the honest requests go on being served; the forwarder's
+#   loopback mark sent from another host counts for nothing.
 #
 # Prints "N passed, N failed, N skipped" last.  Logs stay in
 # build/cluster-e2e/.  Usage: tests/cluster/run.sh  (RACIMO_BIN overrides
@@ -40,7 +46,7 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
   echo "cluster e2e: skipped (needs root and iproute2 for network namespaces)"
   echo "0 passed, 0 failed, 1 skipped"; exit 0
 fi
-for tool in curl jq; do
+for tool in curl jq openssl; do
   command -v $tool >/dev/null || { echo "cluster e2e: $tool missing (scripts/install-deps.sh)"; echo "0 passed, 1 failed"; exit 1; }
 done
 for b in "$BIN" "$HOOKS_BIN"; do
@@ -420,7 +426,7 @@ if [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 3 && \
 else bad "old token: $(state_in 1 "$id5"); $(grep -h refused "$T/n5.out" | head -n 2)"; fi
 stop_node 5
 fresh_node5
-start_node 5 --join "$NEW"
+RACIMO_JOIN_TOKEN=$NEW start_node 5
 id5=$(id_of 5)
 if wait_for 20 eval "all_see up $id5 1 2 3 && n_up 5 4"; then
   ok "a node started with the new token joins"
@@ -432,7 +438,7 @@ if wait_for 10 grep -q "authentication failed.*a member of this cluster: the clu
   ok "a member away during the rotation is refused and logs that the key may have been rotated"
 else bad "away member: $(state_in 1 "$id4"); $(grep -h refused "$T/n4.out" | head -n 2)"; fi
 stop_node 4
-start_node 4 --join "$NEW"
+RACIMO_JOIN_TOKEN=$NEW start_node 4
 if wait_for 20 eval "all_see up $id4 1 2 3 5 && n_up 4 5"; then
   ok "given the new token, it rejoins as the same node"
 else bad "rejoin with the new token: $(for i in 1 2 3 5; do state_in $i "$id4"; done)"; fi
@@ -440,6 +446,70 @@ stop_node 5
 
 # ---- the nodes survived all of it ----
 for i in 1 2 3 4; do kill -0 "$(cat "$T/n$i.pid")" 2>/dev/null || bad "node $i died"; done
+for i in 1 2 3 4; do stop_node "$i"; done
+
+# ---- one API-key policy across the cluster, and HTTPS ----
+# A new cluster: node 1 serves tiny over HTTPS; nodes 2-4 hold no model file,
+# so they forward tiny's requests to node 1.  Nodes 1-3 share the key, node
+# 3 runs racimo-hooks and forwards without its clients' keys, node 4 has
+# another key.
+cp "$T/n1/bench.json" "$T/bench.json"
+for i in 1 2 3 4; do rm -rf "$T/n$i"; mkdir -p "$T/n$i/models"; cp "$T/bench.json" "$T/n$i/"; done
+echo "e2e-shared-key" >"$T/keys.txt"
+echo "e2e-other-key" >"$T/other-keys.txt"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$T/tls.key" \
+  -out "$T/tls.crt" -days 2 -subj /CN=node1 -addext subjectAltName=IP:10.77.0.1 >/dev/null 2>&1
+AUTH="Authorization: Bearer e2e-shared-key"
+COMPLETION='{"model":"tiny","prompt":"hi","max_tokens":4,"temperature":0}'
+# api I KEY [curl options]: POST COMPLETION at node I over http; prints the body, then the status
+api() { local i=$1 key=$2; shift 2
+  ip netns exec "$P-n$i" curl -s --max-time 60 -w '\n%{http_code}' -H "Authorization: Bearer $key" \
+    -H 'Content-Type: application/json' -d "$COMPLETION" "$@" "http://10.77.0.$i:8080/v1/completions"; }
+kview() { ip netns exec "$P-n$1" curl -s --max-time 2 -H "$AUTH" "http://10.77.0.$1:8080/v1/cluster"; }
+serves_tiny() { kview "$1" | jq -e '[.nodes[] | select(.name == "node1") | .serving[]] | index("tiny")' >/dev/null; }
+start_node 1 -m "$T/tiny.gguf" --api-key-file "$T/keys.txt" --tls-cert "$T/tls.crt" --tls-key "$T/tls.key"
+KTOKEN=$("$BIN" token --state-dir "$T/n1")
+RACIMO_JOIN_TOKEN=$KTOKEN start_node 2 --peer 10.77.0.1 --api-key-file "$T/keys.txt"
+NODE_BIN=$HOOKS_BIN RACIMO_TEST_FORWARD_NO_KEY=1 RACIMO_JOIN_TOKEN=$KTOKEN start_node 3 --peer 10.77.0.1 \
+  --api-key-file "$T/keys.txt"
+RACIMO_JOIN_TOKEN=$KTOKEN start_node 4 --peer 10.77.0.1 --api-key-file "$T/other-keys.txt"
+if wait_for 30 eval 'serves_tiny 2 && serves_tiny 3' && \
+   wait_for 10 eval "ip netns exec $P-n4 curl -s --max-time 2 -H 'Authorization: Bearer e2e-other-key' \
+     http://10.77.0.4:8080/v1/cluster | jq -e '[.nodes[] | select(.name == \"node1\") | .serving[]] | index(\"tiny\")' >/dev/null"; then
+  tls=$(ip netns exec "$P-n1" curl -s --max-time 60 --cacert "$T/tls.crt" -H "$AUTH" \
+        -H 'Content-Type: application/json' -d "$COMPLETION" -w '\n%{http_code}' https://10.77.0.1:8080/v1/completions)
+  plain=$(ip netns exec "$P-n1" curl -s --max-time 5 -o /dev/null -w '%{http_code}' http://10.77.0.1:8080/health)
+  if [ "$(echo "$tls" | tail -n 1)" = 200 ] && echo "$tls" | grep -q text_completion && [ "$plain" != 200 ]; then
+    ok "HTTPS: node 1 answers over TLS (curl --cacert) and not in clear"
+  else bad "HTTPS: $tls / plain $plain"; fi
+  r=$(api 2 e2e-shared-key)
+  if [ "$(echo "$r" | tail -n 1)" = 200 ] && echo "$r" | grep -q text_completion && \
+     grep -q "forward: /v1/completions for tiny to node" "$T/n2.out" && \
+     grep -q "forward: running /v1/completions for node $(id_of 2 | cut -c1-8)" "$T/n1.out"; then
+    ok "a request forwarded to the TLS node with a key both nodes hold is answered"
+  else bad "forwarding with the shared key: $r"; fi
+  r=$(api 3 e2e-shared-key)
+  if [ "$(echo "$r" | tail -n 1)" = 401 ] && echo "$r" | grep -q "requires one of its own API keys" && \
+     grep -q "forward: refused /v1/completions (request [0-9]*) from node node3 .*carries no API key" "$T/n1.out"; then
+    ok "a member forwarding without its client's key is refused 401 by the serving node (logged there)"
+  else bad "keyless forwarding: $r / $(grep refused "$T/n1.out" | head -n 2)"; fi
+  r=$(api 4 e2e-other-key)
+  if [ "$(echo "$r" | tail -n 1)" = 401 ] && echo "$r" | grep -q "a key that is not one of them" && \
+     grep -q "forward: refused /v1/completions (request [0-9]*) from node node4 .*none of this node's API keys" "$T/n1.out"; then
+    ok "a request admitted with another node's key is refused 401 by the serving node"
+  else bad "another key: $r"; fi
+  # the forwarder's loopback mark from another host, even on a generation endpoint: any client's
+  mark=$(ip netns exec "$P-n2" curl -s --max-time 10 --cacert "$T/tls.crt" -o /dev/null -w '%{http_code}' \
+         -H "X-Racimo-Forward: $(printf '0%.0s' $(seq 32))" -H 'Content-Type: application/json' \
+         -d "$COMPLETION" https://10.77.0.1:8080/v1/completions)
+  if [ "$mark" = 401 ] && grep -q "a request from 10.77.0.2:[0-9]* for /v1/completions carried the forwarding mark on the public listener" "$T/n1.out"; then
+    ok "the forwarding mark from another host is refused and logged (401 without a key)"
+  else bad "the forwarding mark from 10.77.0.2: $mark"; fi
+  served=0
+  for k in 1 2 3; do r=$(api 2 e2e-shared-key); [ "$(echo "$r" | tail -n 1)" = 200 ] && served=$((served+1)); done
+  [ "$served" = 3 ] && ok "honest forwarded requests go on being served (3 of 3)" || bad "after the refusals: $served of 3"
+else bad "the keyed cluster: node 2-4 never saw node 1 serve tiny: $(kview 2 | jq -c '[.nodes[] | {name, state, serving}]')"; fi
+for i in 1 2 3 4; do kill -0 "$(cat "$T/n$i.pid")" 2>/dev/null || bad "node $i died (keyed cluster)"; done
 for i in 1 2 3 4; do stop_node "$i"; done
 if grep -q "AddressSanitizer\|runtime error\|Segmentation" "$T"/*.log; then bad "a node crashed or a sanitizer reported"; fi
 echo "$passed passed, $failed failed, $skipped skipped"
