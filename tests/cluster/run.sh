@@ -419,9 +419,8 @@ else bad "rotation lost links: downs $d0 -> $(downs); $(for i in 1 2 3; do diges
 fresh_node5
 RACIMO_JOIN_TOKEN=$TOKEN start_node 5 --peer 10.77.0.1:7719
 id5=$(id_of 5)
-sleep 4
-if [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 3 && \
-   grep -q "refused the node at 10.77.0.1:7719: authentication failed" "$T/n5.out"; then
+if wait_for 10 grep -q "refused the node at 10.77.0.1:7719.*authentication failed" "$T/n5.out" && \
+   [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 3; then
   ok "a node started with the old token is refused"
 else bad "old token: $(state_in 1 "$id5"); $(grep -h refused "$T/n5.out" | head -n 2)"; fi
 stop_node 5
