@@ -175,10 +175,9 @@ else bad "racimo nodes: $out"; fi
 
 # ---- a node of another cluster is refused ----
 start_node 5 --peer 10.77.0.1:7719
-sleep 4
 id5=$(id_of 5)
-if [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 4 && \
-   grep -q "refused a connection from 10.77.0.5.*does not hold this cluster's key" "$T/n1.out"; then
+if wait_for 10 grep -q "refused a connection from 10.77.0.5.*does not hold this cluster's key" "$T/n1.out" && \
+   [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 4; then
   ok "a node with another key is refused (logged, not admitted, the cluster unaffected)"
 else bad "wrong key: $(view 1 | jq -c '[.nodes[] | .name]'); $(grep refused "$T/n1.out" | head -n 2)"; fi
 stop_node 5
@@ -201,7 +200,6 @@ rm -rf "$T/n5"; mkdir -p "$T/n5/models"; cp "$T/n1/bench.json" "$T/n5/"
 id2=$(id_of 2)
 NODE_BIN=$HOOKS_BIN RACIMO_TEST_CLAIM_ID=$id2 RACIMO_JOIN_TOKEN=$TOKEN start_node 5
 id5=$(id_of 5)
-sleep 3
 if wait_for 10 grep -q "refused .*10.77.0.5.*claims node id $id2, its key gives $id5" "$T/n1.out" && \
    [ -z "$(state_in 1 "$id5")" ] && n_up 1 4 && all_see up "$id2" 1 3 4 && \
    [ "$(view 1 | jq -r --arg id "$id2" '.nodes[] | select(.id == $id) | .addresses | join(",")')" = 10.77.0.2 ] && \
@@ -390,10 +388,9 @@ st=$(ip netns exec "$P-n3" curl -s -o /dev/null -w '%{http_code}' -X POST "http:
 stop_node 5
 rm -f "$T/n5/revoked.json"
 RACIMO_JOIN_TOKEN=$TOKEN start_node 5 --peer 10.77.0.1:7719
-sleep 4
-if [ -z "$(state_in 1 "$id5")" ] && [ -z "$(state_in 3 "$id5")" ] && n_up 1 4 && \
-   grep -q "refused a connection from 10.77.0.5.*(node ${id5:0:8}): that node was removed" "$T/n1.out" && \
-   grep -q "this node (${id5:0:8}) was removed" "$T/n5.out"; then
+if wait_for 10 grep -q "refused a connection from 10.77.0.5.*(node ${id5:0:8}): that node was removed" "$T/n1.out" && \
+   wait_for 5 grep -q "this node (${id5:0:8}) was removed" "$T/n5.out" && \
+   [ -z "$(state_in 1 "$id5")" ] && [ -z "$(state_in 3 "$id5")" ] && n_up 1 4; then
   ok "the removed node cannot rejoin: refused at the handshake, told why"
 else bad "rejoin after removal: $(for i in 1 2 3 4; do state_in $i "$id5"; done) $(grep -c removed "$T/n1.out")"; fi
 stop_node 5
