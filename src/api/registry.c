@@ -405,15 +405,24 @@ static void *replace_thread(void *arg)
     return loader_thread(m);
 }
 
+/* A model placed across nodes whose engine broke for good (registry mutex
+ * held): from now on a node that comes up is news (registry_retry_lost),
+ * and the errors until it is placed again name the fault. */
+static void mark_lost(api_model *m, uint64_t came_up)
+{
+    if (m->lost || !m->plan)
+        return;
+    m->lost = true;
+    m->lost_came_up = came_up;
+    engine_fault(m->eng, m->lost_why, sizeof m->lost_why);
+}
+
 int registry_load(api_registry *r, api_model *m)
 {
     pthread_mutex_lock(&r->mu);
     if (m->state == MODEL_READY && m->eng && engine_broken(m->eng) && !m->replacing) {
-        if (!m->lost && m->plan && r->cfg.cluster) {
-            m->lost = true;
-            m->lost_came_up = cluster_came_up(r->cfg.cluster);
-            engine_fault(m->eng, m->lost_why, sizeof m->lost_why);
-        }
+        if (r->cfg.cluster)
+            mark_lost(m, cluster_came_up(r->cfg.cluster));
         if (m->loader_started) {
             pthread_join(m->loader, NULL);
             m->loader_started = false;
@@ -455,17 +464,15 @@ void registry_retry_lost(api_registry *r)
     if (!r->cfg.cluster)
         return;
     uint64_t ups = cluster_came_up(r->cfg.cluster), now = os_now_ns();
+    /* a bounded batch per tick: any others are taken on the next (0.1 s) */
     api_model *todo[64];
     int n = 0;
     pthread_mutex_lock(&r->mu);
-    for (int i = 0; i < r->n_models && n < 64; i++) {
+    for (int i = 0; i < r->n_models && n < (int)(sizeof todo / sizeof *todo); i++) {
         api_model *m = r->models[i];
         bool broken = m->state == MODEL_READY && m->eng && engine_broken(m->eng);
-        if (broken && !m->lost && m->plan) {
-            m->lost = true;            /* from now on, a node that comes up is news */
-            m->lost_came_up = ups;
-            engine_fault(m->eng, m->lost_why, sizeof m->lost_why);
-        }
+        if (broken)
+            mark_lost(m, ups);
         if (!m->lost || !(broken || m->state == MODEL_FAILED))
             continue;
         if (m->lost_came_up != ups) {
