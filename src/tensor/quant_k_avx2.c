@@ -252,6 +252,7 @@ static float q6_K_dot_f32(const void *w, const float *x, int64_t n)
 
 enum { K_Q4, K_Q5, K_Q6 };
 enum { KXB = 512, KNWC = 16, KRN = 4 };
+_Static_assert(KXB == TILE_ACC_COLS && KNWC == 16, "store_outputs (simd_x86.h) reads acc[KNWC / 8][KXB]");
 
 INLINE size_t kblock_bytes(int kt)
 {
@@ -704,31 +705,6 @@ VNNI INLINE void kkernel_vnni(int kt, int rn, const kpack *P, const uint8_t *x, 
 }
 
 typedef void (*kkernel_fn)(const kpack *P, const uint8_t *x, size_t xs, int rn, __m256 *acc);
-
-/* The accumulators of a pass into y: row j's 8 * ng outputs are
- * consecutive, a whole cache line when ng is 2 and y is aligned, so
- * non-temporal stores write them without first reading the line (the
- * output matrix is larger than the caches and written once).  The fence
- * orders them before the thread pool's completion signal. */
-INLINE void store_outputs(__m256 acc[KNWC / 8][KXB], int ng, int nwc, int nxb, float *y, size_t ldy)
-{
-    for (int j = 0; j < nxb; j++) {
-        float *yo = y + (size_t)j * ldy;
-        if (nwc == 16 && ((uintptr_t)yo & 63) == 0) {
-            _mm256_stream_ps(yo, acc[0][j]);
-            _mm256_stream_ps(yo + 8, acc[1][j]);
-            continue;
-        }
-        for (int g = 0; g < ng; g++) {
-            const int nr = nwc - 8 * g < 8 ? nwc - 8 * g : 8;
-            float lanes[8];
-            _mm256_storeu_ps(lanes, acc[g][j]);
-            for (int r = 0; r < nr; r++)
-                yo[8 * g + r] = lanes[r];
-        }
-    }
-    _mm_sfence();
-}
 
 INLINE void ktile_packed(int kt, kkernel_fn kernel, int64_t n, const uint8_t *w, size_t ws,
                          int n_w, const uint8_t *x, size_t xs, int n_x, float *y, size_t ldy)

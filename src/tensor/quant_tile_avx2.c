@@ -60,6 +60,7 @@ enum { W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1 };
  * stack across the chunks of blocks, KB at a time), weight rows per pass,
  * activation rows per inner-kernel call. */
 enum { XB = 512, KB = 8, NWC = 16, RN = 4 };
+_Static_assert(XB == TILE_ACC_COLS && NWC == 16, "store_outputs (simd_x86.h) reads acc[NWC / 8][XB]");
 
 /* Prepared activation block: 32 bytes, d, then the sum of the bytes (Q8_0)
  * or s (Q8_1). */
@@ -483,31 +484,6 @@ INLINE void tile_few(int wt, few_fn few, rows8_fn rows8, int64_t n, const uint8_
             few(J, n, w + (size_t)i * ws, ws, n_w - i < R ? n_w - i : R, xj, xs, xd, xs32,
                 yj + i, ldy);
     }
-}
-
-/* The accumulators of a pass into y: row j's 8 * ng outputs are
- * consecutive, a whole cache line when ng is 2 and y is aligned, so
- * non-temporal stores write them without first reading the line (the
- * output matrix is larger than the caches and written once).  The fence
- * orders them before the thread pool's completion signal. */
-INLINE void store_outputs(__m256 acc[NWC / 8][XB], int ng, int nwc, int nxb, float *y, size_t ldy)
-{
-    for (int j = 0; j < nxb; j++) {
-        float *yo = y + (size_t)j * ldy;
-        if (nwc == 16 && ((uintptr_t)yo & 63) == 0) {
-            _mm256_stream_ps(yo, acc[0][j]);
-            _mm256_stream_ps(yo + 8, acc[1][j]);
-            continue;
-        }
-        for (int g = 0; g < ng; g++) {
-            const int nr = nwc - 8 * g < 8 ? nwc - 8 * g : 8;
-            float lanes[8];
-            _mm256_storeu_ps(lanes, acc[g][j]);
-            for (int r = 0; r < nr; r++)
-                yo[8 * g + r] = lanes[r];
-        }
-    }
-    _mm_sfence();
 }
 
 /* n_w x n_x outputs: one activation row through rows8, up to FEW_ROWS

@@ -81,4 +81,35 @@ INLINE void transpose8(__m256i v[8])
     }
 }
 
+/* Activation rows per pass of the AVX2 tile kernels: the second dimension
+ * of the accumulators store_outputs reads. */
+#define TILE_ACC_COLS 512
+
+/* The accumulators of a pass of the tile kernels (quant_tile_avx2.c,
+ * quant_k_avx2.c: up to 16 weight rows in 8-lane groups g, up to
+ * TILE_ACC_COLS activation rows j) into y: row j's 8 * ng outputs are
+ * consecutive, a whole cache line when ng is 2 and y is aligned, so
+ * non-temporal stores write them without first reading the line (the
+ * output matrix is larger than the caches and written once).  The fence
+ * orders them before the thread pool's completion signal. */
+INLINE void store_outputs(__m256 acc[][TILE_ACC_COLS], int ng, int nwc, int nxb, float *y, size_t ldy)
+{
+    for (int j = 0; j < nxb; j++) {
+        float *yo = y + (size_t)j * ldy;
+        if (nwc == 16 && ((uintptr_t)yo & 63) == 0) {
+            _mm256_stream_ps(yo, acc[0][j]);
+            _mm256_stream_ps(yo + 8, acc[1][j]);
+            continue;
+        }
+        for (int g = 0; g < ng; g++) {
+            const int nr = nwc - 8 * g < 8 ? nwc - 8 * g : 8;
+            float lanes[8];
+            _mm256_storeu_ps(lanes, acc[g][j]);
+            for (int r = 0; r < nr; r++)
+                yo[8 * g + r] = lanes[r];
+        }
+    }
+    _mm_sfence();
+}
+
 #endif
