@@ -14,6 +14,7 @@
  * that both sides of every merge and their concatenation are tokens, which
  * makes this id-keyed lookup give exactly llama.cpp's string-keyed results.
  */
+#include "text/merge_heap.h"
 #include "text/tok_internal.h"
 #include "text/utf8.h"
 #include "base/err.h"
@@ -182,61 +183,14 @@ typedef struct {
     int32_t  prev, next;
 } bpe_sym;
 
-typedef struct {
-    int32_t  rank, left, right, merged;
-    uint32_t size;        /* left.n + right.n when queued */
-} bpe_pair;
-
-static inline bool pair_before(const bpe_pair *a, const bpe_pair *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-typedef struct {
-    bpe_pair *v;
-    size_t n;
-} pair_heap;
-
-static void heap_push(pair_heap *h, bpe_pair p)
-{
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &h->v[parent]))
-            break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = p;
-}
-
-static bpe_pair heap_pop(pair_heap *h)
-{
-    bpe_pair top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && pair_before(&h->v[c + 1], &h->v[c]))
-            c++;
-        if (!pair_before(&h->v[c], &last))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n)
-        h->v[i] = last;
-    return top;
-}
-
-static void add_pair(const tokenizer *t, const bpe_sym *sym, pair_heap *h, int32_t l, int32_t r)
+static void add_pair(const tokenizer *t, const bpe_sym *sym, tok__heap *h, int32_t l, int32_t r)
 {
     if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0)
         return;
     const tok__merge *m = find_merge(t, sym[l].id, sym[r].id);
     if (m)
-        heap_push(h, (bpe_pair){ m->rank, l, r, m->merged, sym[l].n + sym[r].n });
+        tok__heap_push(h, (tok__pair){ .rank = m->rank, .left = l, .right = r,
+                                       .size = sym[l].n + sym[r].n, .merged = m->merged });
 }
 
 /* Encodes one word, given as raw bytes. */
@@ -263,11 +217,10 @@ static int encode_word(const tokenizer *t, tok__scratch *s, const char *w, size_
 
     /* n symbols; the heap starts with at most n-1 pairs and grows as the
      * merges add pairs (each pop may add two). */
-    if (tok__reserve(&s->sym, &s->sym_cap, n, sizeof(bpe_sym)) ||
-        tok__reserve(&s->heap, &s->heap_cap, n, sizeof(bpe_pair)))
+    tok__heap h = { s->heap, 0 };
+    if (tok__reserve(&s->sym, &s->sym_cap, n, sizeof(bpe_sym)) || tok__heap_reserve(s, &h, n))
         return RC_ENOMEM;
     bpe_sym *sym = s->sym;
-    pair_heap h = { s->heap, 0 };
     uint32_t pos = 0;
     for (size_t i = 0; i < n; i++) {
         uint8_t b = (uint8_t)w[i];
@@ -279,13 +232,9 @@ static int encode_word(const tokenizer *t, tok__scratch *s, const char *w, size_
         add_pair(t, sym, &h, (int32_t)i - 1, (int32_t)i);
 
     while (h.n) {
-        /* room for the two pairs this round may add */
-        if (h.n + 2 > s->heap_cap) {
-            if (tok__reserve(&s->heap, &s->heap_cap, h.n + 2, sizeof(bpe_pair)))
-                return RC_ENOMEM;
-            h.v = s->heap;
-        }
-        bpe_pair p = heap_pop(&h);
+        if (tok__heap_reserve(s, &h, h.n + 2))   /* the two pairs this round may add */
+            return RC_ENOMEM;
+        tok__pair p = tok__heap_pop(&h);
         bpe_sym *l = &sym[p.left], *r = &sym[p.right];
         /* Lengths only grow, so an unchanged sum means neither side has
          * merged with anything since the pair was queued. */

@@ -16,6 +16,7 @@
  * chunk is merged on its own with a small, cache-friendly heap, and the
  * result is the same as llama.cpp's one pass over the whole text.
  */
+#include "text/merge_heap.h"
 #include "text/tok_internal.h"
 #include "text/utf8.h"
 #include "base/err.h"
@@ -111,56 +112,7 @@ typedef struct {
     int32_t  prev, next;
 } spm_sym;
 
-typedef struct {
-    float    score;
-    int32_t  left, right;
-    uint32_t size;
-} spm_pair;
-
-static inline bool pair_before(const spm_pair *a, const spm_pair *b)
-{
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-typedef struct {
-    spm_pair *v;
-    size_t n;
-} pair_heap;
-
-static void heap_push(pair_heap *h, spm_pair p)
-{
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &h->v[parent]))
-            break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = p;
-}
-
-static spm_pair heap_pop(pair_heap *h)
-{
-    spm_pair top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && pair_before(&h->v[c + 1], &h->v[c]))
-            c++;
-        if (!pair_before(&h->v[c], &last))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n)
-        h->v[i] = last;
-    return top;
-}
-
-static void add_pair(const tokenizer *t, const char *text, const spm_sym *sym, pair_heap *h,
+static void add_pair(const tokenizer *t, const char *text, const spm_sym *sym, tok__heap *h,
                      int32_t l, int32_t r)
 {
     if (l < 0 || r < 0)
@@ -170,7 +122,8 @@ static void add_pair(const tokenizer *t, const char *text, const spm_sym *sym, p
         return;
     int32_t id = tok__lookup(t, text + sym[l].start, size);
     if (id >= 0)
-        heap_push(h, (spm_pair){ t->tok[id].score, l, r, size });
+        tok__heap_push(h, (tok__pair){ .score = t->tok[id].score, .left = l, .right = r,
+                                       .size = size });
 }
 
 /* Merges the symbols first..last (linked only among themselves). */
@@ -178,23 +131,16 @@ static int merge_chunk(const tokenizer *t, tok__scratch *s, const char *b, int32
                        int32_t last)
 {
     spm_sym *sym = s->sym;
-    pair_heap h = { s->heap, 0 };
-    if (last - first + 1 > (int32_t)s->heap_cap) {
-        if (tok__reserve(&s->heap, &s->heap_cap, (size_t)(last - first + 1), sizeof(spm_pair)))
-            return rc_fail(RC_ENOMEM, "tokenizer: out of memory");
-        h.v = s->heap;
-    }
+    tok__heap h = { s->heap, 0 };
+    if (tok__heap_reserve(s, &h, (size_t)(last - first + 1)))
+        return rc_fail(RC_ENOMEM, "tokenizer: out of memory");
     for (int32_t i = first + 1; i <= last; i++)
         add_pair(t, b, sym, &h, i - 1, i);
 
     while (h.n) {
-        /* room for the two pairs this round may add */
-        if (h.n + 2 > s->heap_cap) {
-            if (tok__reserve(&s->heap, &s->heap_cap, h.n + 2, sizeof(spm_pair)))
-                return rc_fail(RC_ENOMEM, "tokenizer: out of memory");
-            h.v = s->heap;
-        }
-        spm_pair p = heap_pop(&h);
+        if (tok__heap_reserve(s, &h, h.n + 2))   /* the two pairs this round may add */
+            return rc_fail(RC_ENOMEM, "tokenizer: out of memory");
+        tok__pair p = tok__heap_pop(&h);
         spm_sym *l = &sym[p.left], *r = &sym[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.size)
             continue;   /* stale: one side merged since (lengths only grow) */
@@ -251,7 +197,7 @@ int tok__spm_encode(const tokenizer *t, tok__scratch *s, const char *text, size_
     /* At most n symbols; the heap starts with at most n-1 pairs and grows
      * as merges add pairs (each pop may add two). */
     if (tok__reserve(&s->sym, &s->sym_cap, n, sizeof(spm_sym)) ||
-        tok__reserve(&s->heap, &s->heap_cap, 64, sizeof(spm_pair)))
+        tok__reserve(&s->heap, &s->heap_cap, 64, sizeof(tok__pair)))
         return rc_fail(RC_ENOMEM, "tokenizer: out of memory");
     spm_sym *sym = s->sym;
     int32_t n_sym = 0;
