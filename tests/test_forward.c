@@ -470,9 +470,45 @@ TEST_T(forward_requests_between_nodes, 180)
     stop(&b);
 }
 
-/* Two copies of a model that fits each node: each node runs its own, and a
- * request that finds every slot of its node's copy taken goes to the other
- * copy when that one has a slot free. */
+/* Waits (up to 30 s) until node n sees node `id` serving `name` with at
+ * least one slot free: what n's placement of a busy request reads. */
+static void wait_free(test_node *n, const char *id, const char *name)
+{
+    for (int t = 0; t < 30000; t += 20) {
+        json_t *s = cluster_snapshot(n->c), *x;
+        size_t i;
+        json_int_t fr = 0;
+        json_array_foreach(json_object_get(s, "nodes"), i, x)
+            if (!strcmp(json_string_value(json_object_get(x, "id")), id))
+                fr = json_integer_value(json_object_get(json_object_get(x, "serving_free"), name));
+        json_decref(s);
+        if (fr > 0)
+            return;
+        usleep(20000);
+    }
+    FAIL("node %s never saw a free slot of %s on node %.8s", cluster_self_id(n->c), name, id);
+}
+
+/* Waits (up to 30 s) until n's access log has `want` lines holding both a
+ * and b: a line is written when its request ends, which may be just after
+ * the client has read the answer. */
+static void wait_log(const test_node *n, const char *a, const char *b, int want)
+{
+    for (int t = 0; t < 30000 && log_count(n, a, b) < want; t += 20)
+        usleep(20000);
+    CHECK_INT(log_count(n, a, b), ==, want);
+}
+
+/* Two copies of a model that fits each node: each node has its own instance,
+ * and a request that finds every slot of its node's copy taken goes to the
+ * other copy when that one has a slot free.
+ * Placement is the same on both nodes (equal hardware: ties go to the
+ * smaller node id, docs/cluster.md), so which node is asked first matters:
+ * the node with the larger id (hi) is asked first, and places its copy's one
+ * stage on lo; lo is asked next and runs its copy alone, however soon it
+ * learns that hi serves the model.  Asked the other way round, hi would pass
+ * its request to lo once it saw lo serving, and whether it had seen that yet
+ * is a race.  Requests carry the key both nodes accept. */
 TEST_T(forward_balances_busy_copies, 120)
 {
     static char buf[1 << 17];
@@ -482,32 +518,41 @@ TEST_T(forward_balances_busy_copies, 120)
     const char *file = test_make_model("tiny", TT_Q8_0, NULL);
     start(&a, "ga", NULL, NULL, "ka", file);
     start(&b, "gb", cluster_join_token(a.c), &a, "kb", file);
-    const char *ida = cluster_self_id(a.c), *idb = cluster_self_id(b.c);
-    wait_sees(&a, idb, NULL);
-    wait_sees(&b, ida, NULL);
-    CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":2"),
+    test_node *hi = &a, *lo = &b;
+    if (strcmp(cluster_self_id(a.c), cluster_self_id(b.c)) < 0) {
+        hi = &b;
+        lo = &a;
+    }
+    const char *idhi = cluster_self_id(hi->c), *idlo = cluster_self_id(lo->c);
+    wait_sees(hi, idlo, NULL);
+    wait_sees(lo, idhi, NULL);
+    CHECK_INT(http_request(port(hi), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":2"),
                            buf, sizeof buf), ==, 200);
-    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KB, CHAT(",\"max_tokens\":2"),
+    CHECK_INT(http_request(port(lo), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":2"),
                            buf, sizeof buf), ==, 200);
-    CHECK_INT(log_count(&a, "forwarded", "") + log_count(&b, "forwarded", ""), ==, 0);
-    wait_sees(&a, idb, "fw");
+    wait_log(hi, "\"status\":200", "", 1);
+    wait_log(lo, "\"status\":200", "", 1);
+    CHECK_INT(log_count(hi, "forwarded", "") + log_count(lo, "forwarded", ""), ==, 0);
+    wait_free(hi, idlo, "fw");
 
-    /* node a's one slot is taken: the next request runs on node b */
-    int fd = http_open(port(&a), "POST", "/v1/chat/completions", KA,
+    /* node hi's one slot is taken: the next request runs on node lo */
+    int fd = http_open(port(hi), "POST", "/v1/chat/completions", KC,
                        CHAT(",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true"));
     CHECK(read(fd, buf, 64) > 0);
-    CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":4"),
+    wait_load(hi, KC, 1, 0);
+    CHECK_INT(http_request(port(hi), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":4"),
                            buf, sizeof buf), ==, 200);
     CHECK(strstr(body_of(buf), "chat.completion"));
-    CHECK_INT(log_count(&a, "\"finish\":\"forwarded\"", "\"status\":200"), ==, 1);
-    CHECK_INT(log_count(&b, "\"status\":200", "\"finish\":\"length\""), ==, 2);
+    wait_log(hi, "\"finish\":\"forwarded\"", "\"status\":200", 1);
+    wait_log(lo, "\"status\":200", "\"finish\":\"length\"", 2);
     close(fd);
 
-    /* free again: node a answers itself */
-    wait_load(&a, KA, 0, 0);
-    CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", KA, CHAT(",\"max_tokens\":2"),
+    /* free again: node hi answers itself */
+    wait_load(hi, KC, 0, 0);
+    CHECK_INT(http_request(port(hi), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":2"),
                            buf, sizeof buf), ==, 200);
-    CHECK_INT(log_count(&a, "\"finish\":\"forwarded\"", ""), ==, 1);
+    wait_log(hi, "\"status\":200", "\"finish\":\"length\"", 2);
+    CHECK_INT(log_count(hi, "\"finish\":\"forwarded\"", ""), ==, 1);
     stop(&a);
     stop(&b);
 }
