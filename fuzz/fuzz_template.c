@@ -11,7 +11,7 @@
 #include <jansson.h>
 
 #include "base/mem.h"
-#include "text/jinja.h"
+#include "jinja/jinja.h"
 
 static const char *CONVERSATION =
     "{\"messages\": ["

@@ -12,7 +12,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "text/chat_template.h"
-#include "text/jinja.h"
+#include "jinja/jinja.h"
 
 #include <jansson.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* chat_template.c - apply_chat_template's variables on top of jinja.c.
+/* chat_template.c - apply_chat_template's variables on top of the Jinja engine (src/jinja).
  *
  * Builds the variable list (extra variables first, so the named arguments
  * override them) and renders once.  Nothing is cached: a server that
@@ -10,7 +10,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
-#include "text/jinja.h"
+#include "jinja/jinja.h"
 
 int chat_template_render(const char *template_src, const json_t *messages,
                          const json_t *tools, bool add_generation_prompt,

@@ -2,7 +2,7 @@
  *
  * The one call a server needs to turn an OpenAI-style conversation into the
  * prompt text a model expects, with the variables and conventions of
- * transformers' apply_chat_template (see jinja.h for the engine).
+ * transformers' apply_chat_template (see jinja/jinja.h for the engine).
  */
 #ifndef RC_CHAT_TEMPLATE_H
 #define RC_CHAT_TEMPLATE_H

@@ -9,7 +9,7 @@
  * attributes are never exposed.  Methods are bound when looked up (a
  * JV_FUNC holding the receiver) and run by jinja__call_builtin.
  */
-#include "text/jinja_internal.h"
+#include "jinja/jinja_internal.h"
 
 #include <stdio.h>
 #include <string.h>

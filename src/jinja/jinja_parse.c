@@ -20,7 +20,7 @@
  * overflow the stack.  Syntax errors carry the line and column of the
  * offending token.
  */
-#include "text/jinja_internal.h"
+#include "jinja/jinja_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * the tojson filter).  All recursion over values is bounded by
  * JX_MAX_VALUE_DEPTH.
  */
-#include "text/jinja_internal.h"
+#include "jinja/jinja_internal.h"
 
 #include <inttypes.h>
 #include <math.h>

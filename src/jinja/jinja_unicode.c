@@ -8,7 +8,7 @@
  * Cyrillic, Armenian and fullwidth letters - the scripts chat templates
  * meet.  Characters outside these tables are treated as uncased.
  */
-#include "text/jinja_internal.h"
+#include "jinja/jinja_internal.h"
 
 uint32_t ju_next(const char *s, size_t *i)
 {

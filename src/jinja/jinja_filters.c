@@ -10,7 +10,7 @@
  * (random, urlize, ...) are known names that fail when used, so templates
  * that merely mention them still parse.  Tables of both are at the end.
  */
-#include "text/jinja_internal.h"
+#include "jinja/jinja_internal.h"
 
 #include <inttypes.h>
 #include <math.h>

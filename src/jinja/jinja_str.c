@@ -8,7 +8,7 @@
  * format's values).  Divisions: helpers, methods (table at the end),
  * markupsafe.escape, printf-style `%` and str.format.
  */
-#include "text/jinja_internal.h"
+#include "jinja/jinja_internal.h"
 
 #include <ctype.h>
 #include <inttypes.h>

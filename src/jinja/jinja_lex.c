@@ -14,7 +14,7 @@
  * `{{ {'a': 1}}}` works.  A tag left open at the end of the source simply
  * ends the token stream; the parser then reports what it expected.
  */
-#include "text/jinja_internal.h"
+#include "jinja/jinja_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "text/jinja.h"
+#include "jinja/jinja.h"
 
 /* ---- limits that are not per-render ---------------------------------- */
 

@@ -22,7 +22,7 @@
  * Every eval/exec call counts one step and one level of depth, so hostile
  * templates hit RC_ELIMIT instead of exhausting time or the C stack.
  */
-#include "text/jinja_internal.h"
+#include "jinja/jinja_internal.h"
 
 #include <math.h>
 #include <stdio.h>
