@@ -22,9 +22,11 @@
  * activation rows (prompts and batched decode), which is where the time of
  * a 2- and 3-bit format goes: its unpacking costs more than its products.
  *
- * AVX-512 has no kernels of its own here: no K-quant has (quant_avx512.c
- * covers Q4_0 and Q8_0), and the 256-bit maddubs form above is what its
- * VNNI would replace only in the last step of each sub-block.
+ * AVX-512: no kernels of its own, so these run on AVX-512 CPUs as Q4_K's
+ * and Q6_K's AVX2 kernels do (quant_avx512.c covers Q4_0 and Q8_0).  Most
+ * of the work per block is unpacking levels and scales, and with sub-blocks
+ * of 16 a 512-bit register would hold four scales to spread by cross-lane
+ * shuffles; whether that pays is for a measurement on such a CPU.
  */
 #include <immintrin.h>
 #include <stddef.h>

@@ -3,8 +3,8 @@
  *
  * quant_ref.c defines the float and 32-element ("legacy") formats,
  * quant_kref.c the 256-element K-quants Q4_K, Q5_K, Q6_K, Q8_K and
- * quant_klow_ref.c the low-bit ones, Q2_K and Q3_K; types.c puts the entries into the
- * table that types.h exposes.  Nothing outside src/tensor includes this.
+ * quant_klow_ref.c the low-bit ones, Q2_K and Q3_K; types.c puts the
+ * entries into the table that types.h exposes.  Nothing outside src/tensor includes this.
  */
 #ifndef RC_TENSOR_QUANT_REF_H
 #define RC_TENSOR_QUANT_REF_H
