@@ -131,6 +131,8 @@ TEST(infer_ref_llama_q4_0)   { check_against_ref("tiny", TT_Q4_0, NULL); }
 TEST(infer_ref_llama_q4_1)   { check_against_ref("tiny", TT_Q4_1, NULL); }
 TEST(infer_ref_llama_q5_0)   { check_against_ref("tiny", TT_Q5_0, NULL); }
 TEST(infer_ref_llama_q5_1)   { check_against_ref("tiny", TT_Q5_1, NULL); }
+TEST(infer_ref_llama_q2_k)   { check_against_ref("tiny", TT_Q2_K, NULL); }
+TEST(infer_ref_llama_q3_k)   { check_against_ref("tiny", TT_Q3_K, NULL); }
 TEST(infer_ref_llama_q4_k)   { check_against_ref("tiny", TT_Q4_K, NULL); }
 TEST(infer_ref_llama_q5_k)   { check_against_ref("tiny", TT_Q5_K, NULL); }
 TEST(infer_ref_llama_q6_k)   { check_against_ref("tiny", TT_Q6_K, NULL); }

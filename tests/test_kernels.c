@@ -28,7 +28,7 @@
 
 static const int weight_types[] = {
     TT_F32, TT_F16, TT_BF16, TT_Q4_0, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_Q8_0,
-    TT_Q4_K, TT_Q5_K, TT_Q6_K,
+    TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K,
 };
 #define N_WEIGHT_TYPES (int)(sizeof weight_types / sizeof weight_types[0])
 
@@ -59,7 +59,8 @@ static int is_float_type(int type) { return type == TT_F32 || type == TT_F16 || 
 
 static int has_min(int type)
 {
-    return type == TT_Q4_1 || type == TT_Q5_1 || type == TT_Q4_K || type == TT_Q5_K;
+    return type == TT_Q4_1 || type == TT_Q5_1 || type == TT_Q2_K || type == TT_Q4_K ||
+           type == TT_Q5_K;
 }
 
 /* A row of weights: quantised normal values, or (`random_levels`) random
@@ -85,10 +86,11 @@ static void make_weights(rng_state *r, int type, int64_t n, int random_levels, f
         uint8_t *blk = p + b * bb;
         fp16_t d = fp32_to_fp16(scale * (float)(0.5 + rng_uniform(r)) / 64.0f);
         fp16_t m = fp32_to_fp16(scale * (float)rng_uniform(r) / 64.0f);
-        size_t d_off = type == TT_Q6_K ? bb - 2 : 0;
+        /* d (and the minimum's scale) lead the block, or end it */
+        size_t d_off = type == TT_Q6_K || type == TT_Q3_K ? bb - 2 : type == TT_Q2_K ? bb - 4 : 0;
         memcpy(blk + d_off, &d, 2);
         if (has_min(type))
-            memcpy(blk + 2, &m, 2);
+            memcpy(blk + d_off + 2, &m, 2);
     }
 }
 

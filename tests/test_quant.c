@@ -19,7 +19,7 @@
 
 static const int weight_types[] = {
     TT_F32, TT_F16, TT_BF16, TT_Q4_0, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_Q8_0,
-    TT_Q4_K, TT_Q5_K, TT_Q6_K,
+    TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K,
 };
 #define N_WEIGHT_TYPES (int)(sizeof weight_types / sizeof weight_types[0])
 
@@ -191,6 +191,8 @@ TEST(quant_table)
     CHECK_INT(tensor_type_traits(TT_Q5_1)->block_bytes, ==, sizeof(block_q5_1));
     CHECK_INT(tensor_type_traits(TT_Q8_0)->block_bytes, ==, sizeof(block_q8_0));
     CHECK_INT(tensor_type_traits(TT_Q8_1)->block_bytes, ==, sizeof(block_q8_1));
+    CHECK_INT(tensor_type_traits(TT_Q2_K)->block_bytes, ==, sizeof(block_q2_K));
+    CHECK_INT(tensor_type_traits(TT_Q3_K)->block_bytes, ==, sizeof(block_q3_K));
     CHECK_INT(tensor_type_traits(TT_Q4_K)->block_bytes, ==, sizeof(block_q4_K));
     CHECK_INT(tensor_type_traits(TT_Q5_K)->block_bytes, ==, sizeof(block_q5_K));
     CHECK_INT(tensor_type_traits(TT_Q6_K)->block_bytes, ==, sizeof(block_q6_K));
@@ -200,8 +202,9 @@ TEST(quant_table)
     static const int vec_dot_type[][2] = {
         {TT_F32, TT_F32}, {TT_F16, TT_F16}, {TT_BF16, TT_BF16},
         {TT_Q4_0, TT_Q8_0}, {TT_Q4_1, TT_Q8_1}, {TT_Q5_0, TT_Q8_0},
-        {TT_Q5_1, TT_Q8_1}, {TT_Q8_0, TT_Q8_0}, {TT_Q4_K, TT_Q8_K},
-        {TT_Q5_K, TT_Q8_K}, {TT_Q6_K, TT_Q8_K},
+        {TT_Q5_1, TT_Q8_1}, {TT_Q8_0, TT_Q8_0}, {TT_Q2_K, TT_Q8_K},
+        {TT_Q3_K, TT_Q8_K}, {TT_Q4_K, TT_Q8_K}, {TT_Q5_K, TT_Q8_K},
+        {TT_Q6_K, TT_Q8_K},
     };
     int n_supported = 0;
     for (int t = 0; t < TT_COUNT; t++) {
@@ -224,7 +227,7 @@ TEST(quant_table)
     CHECK(!tensor_type_supported(TT_Q8_1) && !tensor_type_supported(TT_Q8_K));
     CHECK(tensor_type_traits(TT_Q8_1)->to_float && tensor_type_traits(TT_Q8_1)->from_float);
     CHECK(tensor_type_traits(TT_Q8_K)->to_float && tensor_type_traits(TT_Q8_K)->from_float);
-    CHECK(!tensor_type_supported(TT_Q2_K) && tensor_type_traits(TT_Q2_K)->to_float == NULL);
+    CHECK(!tensor_type_supported(TT_IQ2_XXS) && tensor_type_traits(TT_IQ2_XXS)->to_float == NULL);
 
     /* numbers ggml removed, and numbers outside the table */
     CHECK_INT(tensor_type_traits(4)->block_size, ==, 0);
@@ -440,6 +443,52 @@ TEST(quant_dequant_q5_K)
      * 15.75; e40 has bit 1 of qh[8] clear: as in Q4_K */
     CHECK(out[200] == 440.25f);
     CHECK(out[40] == -5.25f);
+}
+
+/* Q2_K and Q3_K share the 2-bit packing: element 128h + 32j + l at bits
+ * 2j of qs[32h + l]; Q3_K's third bit is bit 4h + j of hmask[l] and its
+ * 16 six-bit scales are packed as in tensor__q3_K_scales. */
+TEST(quant_dequant_q2_K_q3_K)
+{
+    block_q2_K b2 = {.d = 0x3800, .dmin = 0x3400};       /* 0.5, 0.25 */
+    block_q3_K b3 = {.d = 0x3800};
+    for (int k = 0; k < QK_K / 4; k++)
+        b2.qs[k] = b3.qs[k] = k_qs(k);
+    for (int k = 0; k < QK_K / 16; k++)
+        b2.scales[k] = (uint8_t)(k * 29 + 5);
+    for (int k = 0; k < QK_K / 8; k++)
+        b3.hmask[k] = k_qh(k);
+    memcpy(b3.scales, k_packed, 12);
+    float out[QK_K], want[QK_K];
+    for (int e = 0; e < QK_K; e++) {
+        int h = e / 128, j = (e % 128) / 32, l = e % 32, s = e / 16;
+        int q = (k_qs(32 * h + l) >> (2 * j)) & 3;
+        want[e] = 0.5f * (float)(b2.scales[s] & 15) * (float)q - 0.25f * (float)(b2.scales[s] >> 4);
+    }
+    decode(TT_Q2_K, &b2, out, QK_K);
+    check_floats_exact(out, want, QK_K, "Q2_K");
+    /* by hand: e77 is h 0, j 2, l 13: bits 4-5 of qs[13] = 0xec -> 2,
+     * scales[4] = 0x79: 0.5 * 9 * 2 - 0.25 * 7.  e255: bits 6-7 of
+     * qs[63] = 0x26 -> 0, scales[15] = 0xb8: -0.25 * 11 */
+    CHECK(out[77] == 7.25f);
+    CHECK(out[255] == -2.75f);
+
+    decode(TT_Q3_K, &b3, out, QK_K);
+    /* e77: low bits 2 as above, bit 2 of hmask[13] = 0xba clear: q = -2;
+     * scale 4: low nibble of byte 4 (0x40) 0, bits 2-3 of byte 8 (0x55) 1:
+     * 16 - 32 = -16.  e250 (h 1, j 3, l 26): bits 6-7 of qs[58] = 0x6d ->
+     * 1, bit 7 of hmask[26] = 0x6f clear: q = -3; scale 15: high nibble of
+     * byte 7 (0x68) 6, bits 6-7 of byte 11 (0x0e) 0: 6 - 32 = -26 */
+    CHECK(out[77] == 16.0f);
+    CHECK(out[250] == 39.0f);
+    for (int e = 0; e < QK_K; e++) {
+        int h = e / 128, j = (e % 128) / 32, l = e % 32, s = e / 16;
+        int q = ((k_qs(32 * h + l) >> (2 * j)) & 3) - ((k_qh(l) >> (4 * h + j)) & 1 ? 0 : 4);
+        int lo = s < 8 ? k_packed[s] & 15 : k_packed[s - 8] >> 4;
+        int sc = (lo | ((k_packed[8 + s % 4] >> (2 * (s / 4))) & 3) << 4) - 32;
+        want[e] = (0.5f * (float)sc) * (float)q;
+    }
+    check_floats_exact(out, want, QK_K, "Q3_K");
 }
 
 TEST(quant_dequant_q6_K)
@@ -695,6 +744,8 @@ static void check_roundtrip_with(const tensor_traits *t, int type, const float *
         case TT_Q5_0: bound = 1.01 * amax / 16; break;
         case TT_Q4_1: bound = 0.51 * (hi - lo) / 15 + fabs(lo) * 0x1p-11 + 0x1p-24; break;
         case TT_Q5_1: bound = 0.52 * (hi - lo) / 31 + fabs(lo) * 0x1p-11 + 0x1p-24; break;
+        case TT_Q2_K: bound = 0.5 * amax; rms_bound = 0.36; break;
+        case TT_Q3_K: bound = 0.3 * amax; rms_bound = 0.2; break;
         case TT_Q4_K: bound = 0.16 * amax; rms_bound = 0.10; break;
         case TT_Q5_K: bound = 0.085 * amax; rms_bound = 0.055; break;
         case TT_Q6_K: bound = 0.04 * amax; rms_bound = 0.028; break;
@@ -718,7 +769,7 @@ static void check_roundtrip(int type, const float *x, int64_t n, const char *wha
 
 static const int all_quant_types[] = {
     TT_F32, TT_F16, TT_BF16, TT_Q4_0, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_Q8_0,
-    TT_Q8_1, TT_Q4_K, TT_Q5_K, TT_Q6_K, TT_Q8_K,
+    TT_Q8_1, TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K, TT_Q8_K,
 };
 #define N_ALL_QUANT_TYPES (int)(sizeof all_quant_types / sizeof all_quant_types[0])
 
@@ -753,7 +804,7 @@ TEST(quant_roundtrip_rms)
     static const struct { int type; double rms; } limit[] = {
         {TT_F16, 3e-4}, {TT_BF16, 2.2e-3}, {TT_Q4_0, 0.095}, {TT_Q4_1, 0.085},
         {TT_Q5_0, 0.047}, {TT_Q5_1, 0.042}, {TT_Q8_0, 0.006}, {TT_Q8_1, 0.006},
-        {TT_Q4_K, 0.078}, {TT_Q5_K, 0.040}, {TT_Q6_K, 0.020}, {TT_Q8_K, 0.0075},
+        {TT_Q2_K, 0.29}, {TT_Q3_K, 0.16}, {TT_Q4_K, 0.078}, {TT_Q5_K, 0.040}, {TT_Q6_K, 0.020}, {TT_Q8_K, 0.0075},
     };
     const int64_t n = 64 * QK_K;
     float *x = xmalloc((size_t)n * sizeof(float)), *y = xmalloc((size_t)n * sizeof(float));

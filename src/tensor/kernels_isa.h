@@ -15,6 +15,7 @@
 void tensor__kernels_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
+void tensor__kernels_klow_avx2(tensor_traits *table);   /* Q2_K, Q3_K */
 void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
                          const void *k, size_t k_stride, const void *v, size_t v_stride,
                          int n_pos, float *scores, float *out);

@@ -2,7 +2,7 @@
  * BF16: dot products, converters), the activation quantisers (Q8_0, Q8_1),
  * the decoders of the 32-element block formats (to_float, dot_f32), the
  * f32 vector helper, and tensor__kernels_avx2, which installs these and the
- * dot products of quant_tile_avx2.c and quant_k_avx2.c.
+ * dot products of quant_tile_avx2.c, quant_k_avx2.c and quant_klow_avx2.c.
  *
  * Compiled with -mavx2 -mfma -mf16c (the Makefile's *_avx2.c rule) and
  * only called after the CPU probe found those instructions.
@@ -472,4 +472,5 @@ void tensor__kernels_avx2(tensor_traits *table, int use_vnni)
 
     tensor__kernels_tile_avx2(table, use_vnni);
     tensor__kernels_k_avx2(table, use_vnni);
+    tensor__kernels_klow_avx2(table);
 }

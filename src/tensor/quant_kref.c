@@ -61,7 +61,7 @@ static void k4_pack_scales(uint8_t s[K_SCALE_SIZE], const uint8_t sc[8], const u
  * lo = min(x, 0); spacings around (max - lo) / nmax are tried, each grid's
  * levels refitted by least squares, and the fit of least squared error
  * kept.  Returns the scale; *the_min receives min. */
-static float fit_scale_min(const float *x, int n, int nmax, float *the_min)
+float tensor__fit_scale_min(const float *x, int n, int nmax, float *the_min)
 {
     float lo = x[0], hi = x[0];
     for (int i = 1; i < n; i++) {
@@ -122,7 +122,7 @@ static void k4_quantise(const float *x, int nmax, fp16_t *d_out, fp16_t *dmin_ou
     float sub_scale[QK_K / 32], sub_min[QK_K / 32];
     float max_scale = 0.0f, max_min = 0.0f;
     for (int j = 0; j < QK_K / 32; j++) {
-        sub_scale[j] = fit_scale_min(x + 32 * j, 32, nmax, &sub_min[j]);
+        sub_scale[j] = tensor__fit_scale_min(x + 32 * j, 32, nmax, &sub_min[j]);
         if (sub_scale[j] > max_scale) max_scale = sub_scale[j];
         if (sub_min[j] > max_min) max_min = sub_min[j];
     }
@@ -330,7 +330,7 @@ static void q6_K_to_float(const void *src, float *dst, int64_t n)
 /* Fits x[0..n) ~ scale * l with l in -nmax..nmax-1.  The element of largest
  * magnitude sets the grid (it maps to -nmax, so d takes its sign); spacings
  * around it are tried and the least-squares scale of the best kept. */
-static float fit_scale_sym(const float *x, int n, int nmax)
+float tensor__fit_scale_sym(const float *x, int n, int nmax)
 {
     float amax = 0.0f, max = 0.0f;
     for (int i = 0; i < n; i++)
@@ -364,7 +364,7 @@ static void q6_K_from_float(const float *src, void *dst, int64_t n)
     for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
         float sub[QK_K / 16], max_scale = 0.0f, amax = 0.0f;
         for (int j = 0; j < QK_K / 16; j++) {
-            sub[j] = fit_scale_sym(src + 16 * j, 16, 32);
+            sub[j] = tensor__fit_scale_sym(src + 16 * j, 16, 32);
             if (fabsf(sub[j]) > amax) {
                 amax = fabsf(sub[j]);
                 max_scale = sub[j];

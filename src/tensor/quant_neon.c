@@ -1,7 +1,7 @@
 /* quant_neon.c - arm64 NEON kernels for the active tensor table (types.h):
  * vec_dot of F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (against Q8_0/Q8_1
- * activations) and Q4_K, Q5_K, Q6_K (against Q8_K), and the activation
- * quantisers of Q8_0, Q8_1, Q8_K.
+ * activations) and Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (against Q8_K), and the
+ * activation quantisers of Q8_0, Q8_1, Q8_K.
  *
  * Invariants:
  *   - The activation quantisers give the reference's bytes (quant_ref.c,
@@ -448,6 +448,94 @@ BODY float q6_K_q8_K(const void *w, const void *x, int64_t n, int dp)
 }
 INSTANCES(q6_K_q8_K)
 
+/* Q2_K and Q3_K (layouts in quant_klow_ref.c): element 128h + 32j + l has
+ * its 2 low level bits at bits 2j of qs[32h + l] and, in Q3_K, its third
+ * at bit 4h + j of hmask[l]; 16 elements share a scale.  s[k] receives the
+ * sums of sub-blocks 4k..4k+3, with Q3_K's levels taken signed (-4..3). */
+BODY void klow_sums(int dp, const uint8_t *qs, const uint8_t *hmask, const int8_t *y,
+                    int32x4_t s[4])
+{
+    const uint8x16_t m3 = vdupq_n_u8(3), one = vdupq_n_u8(1);
+    const int8x16_t four = vdupq_n_s8(4);
+    const int32x4_t zero = vdupq_n_s32(0);
+    const uint8x16_t h0 = hmask ? vld1q_u8(hmask) : vdupq_n_u8(0);
+    const uint8x16_t h1 = hmask ? vld1q_u8(hmask + 16) : vdupq_n_u8(0);
+    for (int h = 0; h < 2; h++) {
+        const uint8x16_t q0 = vld1q_u8(qs + 32 * h), q1 = vld1q_u8(qs + 32 * h + 16);
+        int32x4_t part[8];
+        for (int j = 0; j < 4; j++) {
+            /* variable shifts (VSHL by a negative count): the loop need
+             * not be unrolled for the counts to be immediates */
+            const int8x16_t sh = vdupq_n_s8((int8_t)(-2 * j));
+            int8x16_t a = s8(vandq_u8(vshlq_u8(q0, sh), m3)), b = s8(vandq_u8(vshlq_u8(q1, sh), m3));
+            if (hmask) {
+                const int8x16_t hs = vdupq_n_s8((int8_t)-(4 * h + j));
+                a = vsubq_s8(vorrq_s8(a, s8(vshlq_n_u8(vandq_u8(vshlq_u8(h0, hs), one), 2))), four);
+                b = vsubq_s8(vorrq_s8(b, s8(vshlq_n_u8(vandq_u8(vshlq_u8(h1, hs), one), 2))), four);
+            }
+            const int8_t *yj = y + 128 * h + 32 * j;
+            part[2 * j] = dot_i8(dp, zero, a, vld1q_s8(yj));
+            part[2 * j + 1] = dot_i8(dp, zero, b, vld1q_s8(yj + 16));
+        }
+        s[2 * h] = pair_sums(pair_sums(part[0], part[1]), pair_sums(part[2], part[3]));
+        s[2 * h + 1] = pair_sums(pair_sums(part[4], part[5]), pair_sums(part[6], part[7]));
+    }
+}
+
+/* sum_s sc[s] * s[s / 4] lane s % 4, for 16 signed 16-bit scales. */
+static inline int32_t klow_scaled_sum(const int32x4_t s[4], int16x8_t lo, int16x8_t hi)
+{
+    int32x4_t t = vmulq_s32(s[0], vmovl_s16(vget_low_s16(lo)));
+    t = vmlaq_s32(t, s[1], vmovl_high_s16(lo));
+    t = vmlaq_s32(t, s[2], vmovl_s16(vget_low_s16(hi)));
+    return vaddvq_s32(vmlaq_s32(t, s[3], vmovl_high_s16(hi)));
+}
+
+BODY float q2_K_q8_K(const void *w, const void *x, int64_t n, int dp)
+{
+    const block_q2_K *a = w;
+    const block_q8_K *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int32x4_t s[4];
+        klow_sums(dp, a[i].qs, NULL, b[i].qs, s);
+        const uint8x16_t sc = vld1q_u8(a[i].scales);
+        const int16x8_t sc_lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(vandq_u8(sc, vdupq_n_u8(0x0f)))));
+        const int16x8_t sc_hi = vreinterpretq_s16_u16(vmovl_high_u8(vandq_u8(sc, vdupq_n_u8(0x0f))));
+        const int16x8_t m_lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(vshrq_n_u8(sc, 4))));
+        const int16x8_t m_hi = vreinterpretq_s16_u16(vmovl_high_u8(vshrq_n_u8(sc, 4)));
+        const int16x8_t y_lo = vld1q_s16(b[i].bsums), y_hi = vld1q_s16(b[i].bsums + 8);
+        int32x4_t tm = vmull_s16(vget_low_s16(y_lo), vget_low_s16(m_lo));
+        tm = vmlal_high_s16(tm, y_lo, m_lo);
+        tm = vmlal_s16(tm, vget_low_s16(y_hi), vget_low_s16(m_hi));
+        tm = vmlal_high_s16(tm, y_hi, m_hi);
+        const int32_t sumi = klow_scaled_sum(s, sc_lo, sc_hi), summ = vaddvq_s32(tm);
+        const float d = f16(a[i].d) * b[i].d, dmin = f16(a[i].dmin) * b[i].d;
+        sum += d * (float)sumi;
+        sum -= dmin * (float)summ;
+    }
+    return sum;
+}
+INSTANCES(q2_K_q8_K)
+
+BODY float q3_K_q8_K(const void *w, const void *x, int64_t n, int dp)
+{
+    const block_q3_K *a = w;
+    const block_q8_K *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int32x4_t s[4];
+        klow_sums(dp, a[i].qs, a[i].hmask, b[i].qs, s);
+        int8_t sc[QK_K / 16];
+        tensor__q3_K_scales(a[i].scales, sc);
+        const int8x16_t sc8 = vld1q_s8(sc);
+        const int32_t sumi = klow_scaled_sum(s, vmovl_s8(vget_low_s8(sc8)), vmovl_high_s8(sc8));
+        sum += f16(a[i].d) * b[i].d * (float)sumi;
+    }
+    return sum;
+}
+INSTANCES(q3_K_q8_K)
+
 /* ---- activation quantisers --------------------------------------------------
  * The reference computes q = round_half_even(x * id) clamped to the int8
  * range; here FMUL gives the same product, FCVTNS the same rounding (and 0
@@ -574,6 +662,8 @@ void tensor__kernels_neon(tensor_traits *table, int has_dotprod)
         table[TT_Q5_0].vec_dot = q5_0_q8_0_sdot;
         table[TT_Q5_1].vec_dot = q5_1_q8_1_sdot;
         table[TT_Q8_0].vec_dot = q8_0_q8_0_sdot;
+        table[TT_Q2_K].vec_dot = q2_K_q8_K_sdot;
+        table[TT_Q3_K].vec_dot = q3_K_q8_K_sdot;
         table[TT_Q4_K].vec_dot = q4_K_q8_K_sdot;
         table[TT_Q5_K].vec_dot = q5_K_q8_K_sdot;
         table[TT_Q6_K].vec_dot = q6_K_q8_K_sdot;
@@ -586,6 +676,8 @@ void tensor__kernels_neon(tensor_traits *table, int has_dotprod)
     table[TT_Q5_0].vec_dot = q5_0_q8_0_mull;
     table[TT_Q5_1].vec_dot = q5_1_q8_1_mull;
     table[TT_Q8_0].vec_dot = q8_0_q8_0_mull;
+    table[TT_Q2_K].vec_dot = q2_K_q8_K_mull;
+    table[TT_Q3_K].vec_dot = q3_K_q8_K_mull;
     table[TT_Q4_K].vec_dot = q4_K_q8_K_mull;
     table[TT_Q5_K].vec_dot = q5_K_q8_K_mull;
     table[TT_Q6_K].vec_dot = q6_K_q8_K_mull;

@@ -2,8 +2,9 @@
  * each type racimo computes with, and helpers the reference files share.
  *
  * quant_ref.c defines the float and 32-element ("legacy") formats,
- * quant_kref.c the 256-element K-quants; types.c puts the entries into the
- * table that types.h exposes.  Nothing outside src/tensor includes this.
+ * quant_kref.c the 256-element K-quants Q4_K, Q5_K, Q6_K, Q8_K and
+ * quant_klow_ref.c the low-bit ones, Q2_K and Q3_K; types.c puts the
+ * entries into the table that types.h exposes.  Nothing outside src/tensor includes this.
  */
 #ifndef RC_TENSOR_QUANT_REF_H
 #define RC_TENSOR_QUANT_REF_H
@@ -22,6 +23,8 @@ extern const tensor_traits tensor__ref_q5_0;
 extern const tensor_traits tensor__ref_q5_1;
 extern const tensor_traits tensor__ref_q8_0;
 extern const tensor_traits tensor__ref_q8_1;
+extern const tensor_traits tensor__ref_q2_K;
+extern const tensor_traits tensor__ref_q3_K;
 extern const tensor_traits tensor__ref_q4_K;
 extern const tensor_traits tensor__ref_q5_K;
 extern const tensor_traits tensor__ref_q6_K;
@@ -32,6 +35,28 @@ extern const tensor_traits tensor__ref_q8_K;
 float tensor__dot_f32_blocks(to_float_fn to_float, int64_t block_size,
                              size_t block_bytes, const void *w,
                              const float *x, int64_t n);
+
+/* The K-quant weight quantisers' sub-block fits (quant_kref.c):
+ * fit_scale_min: x[0..n) ~ scale * l - min with l in 0..nmax, scale and
+ *   min >= 0; returns the scale, *the_min the min.
+ * fit_scale_sym: x[0..n) ~ scale * l with l in -nmax..nmax-1; the element
+ *   of largest magnitude maps to -nmax, so the scale takes its sign. */
+float tensor__fit_scale_min(const float *x, int n, int nmax, float *the_min);
+float tensor__fit_scale_sym(const float *x, int n, int nmax);
+
+/* Q3_K's 16 sub-block scales, each 6 bits stored with a bias of 32: the
+ * low 4 bits of scale s are the low nibble of scales[s] for s < 8 and the
+ * high nibble of scales[s - 8] beyond; its top 2 bits are bits 2 (s / 4)
+ * and 2 (s / 4) + 1 of scales[8 + s % 4].  out[s] is the signed scale
+ * (-32..31).  Shared by the reference and the SIMD files. */
+static inline void tensor__q3_K_scales(const uint8_t s[K_SCALE_SIZE], int8_t out[QK_K / 16])
+{
+    for (int j = 0; j < QK_K / 16; j++) {
+        const int lo = j < 8 ? s[j] & 0x0f : s[j - 8] >> 4;
+        const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        out[j] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
 
 /* Round to nearest, ties to even, for |v| < 2^22 (ggml's nearest_int).
  * Adding 1.5 * 2^23 leaves a float whose last mantissa bit is worth 1, so

@@ -5,8 +5,8 @@
  * size the tensors of any file, even of types racimo cannot compute with
  * (those have a name and block geometry but no functions); numbers ggml
  * removed keep their old names with block_size 0.  The functions come from
- * quant_ref.c and quant_kref.c; kernels.c keeps the patchable copy that
- * tensor_type_traits returns.
+ * quant_ref.c, quant_kref.c and quant_klow_ref.c; kernels.c keeps the
+ * patchable copy that tensor_type_traits returns.
  */
 #include "tensor/types.h"
 
@@ -24,8 +24,6 @@
 static const tensor_traits info_only[TT_COUNT] = {
     REMOVED(4, "Q4_2"),
     REMOVED(5, "Q4_3"),
-    INFO(TT_Q2_K,    "Q2_K",    QK_K, 84),
-    INFO(TT_Q3_K,    "Q3_K",    QK_K, 110),
     INFO(TT_IQ2_XXS, "IQ2_XXS", QK_K, 66),
     INFO(TT_IQ2_XS,  "IQ2_XS",  QK_K, 74),
     INFO(TT_IQ3_XXS, "IQ3_XXS", QK_K, 98),
@@ -61,6 +59,8 @@ static const tensor_traits *const ref_table[TT_COUNT] = {
     [TT_Q5_1] = &tensor__ref_q5_1,
     [TT_Q8_0] = &tensor__ref_q8_0,
     [TT_Q8_1] = &tensor__ref_q8_1,
+    [TT_Q2_K] = &tensor__ref_q2_K,
+    [TT_Q3_K] = &tensor__ref_q3_K,
     [TT_Q4_K] = &tensor__ref_q4_K,
     [TT_Q5_K] = &tensor__ref_q5_K,
     [TT_Q6_K] = &tensor__ref_q6_K,

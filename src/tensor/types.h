@@ -77,6 +77,17 @@ typedef struct { fp16_t d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1
 typedef struct { fp16_t d; int8_t qs[QK8_0]; } block_q8_0;
 typedef struct { fp16_t d, s; int8_t qs[QK8_1]; } block_q8_1;   /* s = d * sum(qs) */
 typedef struct {
+    uint8_t scales[QK_K / 16];      /* per 16 elements: scale (low nibble), min (high) */
+    uint8_t qs[QK_K / 4];           /* 2-bit levels */
+    fp16_t  d, dmin;
+} block_q2_K;
+typedef struct {
+    uint8_t hmask[QK_K / 8];        /* third bit of each level (set: level >= 0) */
+    uint8_t qs[QK_K / 4];           /* low 2 bits of each level */
+    uint8_t scales[K_SCALE_SIZE];   /* 16 six-bit scales, biased by 32 */
+    fp16_t  d;
+} block_q3_K;
+typedef struct {
     fp16_t d, dmin;
     uint8_t scales[K_SCALE_SIZE];   /* 8 six-bit scales and 8 six-bit mins */
     uint8_t qs[QK_K / 2];
@@ -105,6 +116,8 @@ _Static_assert(sizeof(block_q5_0) == 22, "q5_0 block");
 _Static_assert(sizeof(block_q5_1) == 24, "q5_1 block");
 _Static_assert(sizeof(block_q8_0) == 34, "q8_0 block");
 _Static_assert(sizeof(block_q8_1) == 36, "q8_1 block");
+_Static_assert(sizeof(block_q2_K) == 84, "q2_K block");
+_Static_assert(sizeof(block_q3_K) == 110, "q3_K block");
 _Static_assert(sizeof(block_q4_K) == 144, "q4_K block");
 _Static_assert(sizeof(block_q5_K) == 176, "q5_K block");
 _Static_assert(sizeof(block_q6_K) == 210, "q6_K block");
