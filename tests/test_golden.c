@@ -1,6 +1,8 @@
 /* test_golden.c - the engine against llama.cpp's logits for the tiny
- * random-weight models in ../shared/golden/logits and logits-deepseek2
- * (README there gives the pass criteria, numbered as here).
+ * random-weight models in ../shared/golden/logits, logits-deepseek2 and
+ * logits-lowbit (README there gives the pass criteria, numbered as here).
+ * A model holding a tensor type racimo cannot compute with is named and
+ * left out; every other one must pass.
  *
  * Teacher-forced: the 32 prompt ids as one batch (positions 0..31), then each
  * of the 32 decode ids alone at 32+k; 64 rows of logits are compared.
@@ -35,6 +37,7 @@ typedef struct {
     const char *dtype;
     int prompt[NP], decode[NP], exact_greedy[NP];
     double native_vs_exact_max, native_vs_exact_rms;
+    const char *missing_type;             /* a tensor type racimo lacks, or NULL */
     json_t *root;
 } golden_case;
 
@@ -63,9 +66,22 @@ static float *read_f32(const char *path, int V)
     return d;
 }
 
-/* The folders of golden models racimo computes (logits-lowbit/ holds types
- * it does not decode yet). */
-static const char *const golden_dirs[] = { "logits", "logits-deepseek2" };
+/* The folders of golden models. */
+static const char *const golden_dirs[] = { "logits", "logits-deepseek2", "logits-lowbit" };
+
+/* The first type in the sidecar's tensor_types that racimo cannot compute
+ * with, or NULL. */
+static const char *missing_type(json_t *root)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(root, "tensor_types"), key, v) {
+        const char *name = json_string_value(v);
+        if (name && !tensor_type_supported(tensor_type_from_name(name)))
+            return name;
+    }
+    return NULL;
+}
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -129,6 +145,7 @@ static int load_cases(golden_case **out)
         json_t *nve = json_object_get(json_object_get(c->root, "stats"), "native_vs_exact");
         c->native_vs_exact_max = json_number_value(json_object_get(nve, "max_abs"));
         c->native_vs_exact_rms = json_number_value(json_object_get(nve, "rms"));
+        c->missing_type = missing_type(c->root);
         free(names[i]);
     }
     *out = cs;
@@ -296,6 +313,10 @@ static void run_golden(int precision)
         golden_case *c = &cs[i];
         model *m;
         stage *s, *s2;
+        if (c->missing_type) {
+            fprintf(stderr, "  skip %-18s type %s is not supported yet\n", c->name, c->missing_type);
+            continue;
+        }
         test_open_stage(c->gguf, 0, -1, precision, 128, 1, NP, 2, &m, &s);
         const int V = m->hp.n_vocab;
         float *exact = read_f32(c->exact_path, V);
