@@ -15,6 +15,8 @@
 void tensor__kernels_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
+/* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx2.c): vec_dot and vec_dot_tile. */
+void tensor__kernels_iq_avx2(tensor_traits *table);
 void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
                          const void *k, size_t k_stride, const void *v, size_t v_stride,
                          int n_pos, float *scores, float *out);
