@@ -31,5 +31,7 @@ void tensor__kernels_avx512(tensor_traits *table, int q8_tile);
 
 /* arm64 NEON; `has_dotprod` when the CPU has the SDOT/UDOT instructions. */
 void tensor__kernels_neon(tensor_traits *table, int has_dotprod);
+/* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_neon.c), called by the above. */
+void tensor__kernels_iq_neon(tensor_traits *table, int has_dotprod);
 
 #endif
