@@ -44,21 +44,27 @@ const int8_t tensor__mxfp4_values[16] = {
     0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
 };
 
-/* The index of the table entry nearest v / d (d != 0); ties to the lower
- * index. */
-static uint8_t nearest_index(const int8_t table[16], float v, float d)
+/* The index of the entry of an ascending table t[0..len) nearest v, ties
+ * to the lower index: the number of midpoints below v (a NaN gives 0).
+ * Counted without branches, which the quantisers' searches are bound by. */
+static int nearest_sorted(const int8_t *t, int len, float v)
 {
-    const float t = v / d;
-    int best = 0;
-    float best_err = INFINITY;
-    for (int k = 0; k < 16; k++) {
-        const float e = fabsf(t - (float)table[k]);
-        if (e < best_err) {
-            best_err = e;
-            best = k;
-        }
-    }
-    return (uint8_t)best;
+    int k = 0;
+    for (int i = 0; i + 1 < len; i++)
+        k += v > 0.5f * (float)(t[i] + t[i + 1]);
+    return k;
+}
+
+/* The index of the table entry nearest v * id (id = 1 / the scale), for
+ * the IQ4_NL table (ascending) or the MXFP4 one (0..12 ascending, then
+ * their negatives). */
+static uint8_t nearest_index(const int8_t table[16], float v, float id)
+{
+    const float t = v * id;
+    if (table == tensor__iq4nl_values)
+        return (uint8_t)nearest_sorted(table, 16, t);
+    const int k = nearest_sorted(table, 8, fabsf(t));
+    return (uint8_t)(t < 0.0f && k ? k + 8 : k);
 }
 
 /* Fits x[0..n) ~ s * iq4nl[L] over s.  The element of largest magnitude
@@ -77,11 +83,11 @@ static float fit_iq4(const float *x, int n)
         return 0.0f;
     float best_scale = max / -127.0f, best = -1.0f;
     for (int end = 0; end < 2; end++)
-        for (int step = -8; step <= 8; step++) {
-            const float d = max / ((end ? 113.0f : -127.0f) + 2.0f * (float)step);
+        for (int step = -4; step <= 4; step++) {
+            const float id = ((end ? 113.0f : -127.0f) + 3.0f * (float)step) / max;
             float sxl = 0.0f, sl2 = 0.0f;
             for (int i = 0; i < n; i++) {
-                const float l = (float)tensor__iq4nl_values[nearest_index(tensor__iq4nl_values, x[i], d)];
+                const float l = (float)tensor__iq4nl_values[nearest_index(tensor__iq4nl_values, x[i], id)];
                 sxl += x[i] * l;
                 sl2 += l * l;
             }
@@ -97,9 +103,10 @@ static float fit_iq4(const float *x, int n)
 /* Indices of x[0..32) against the scale d as stored, packed two a byte. */
 static void pack_iq4(const float *x, float d, uint8_t qs[16])
 {
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < 16; j++) {
-        const uint8_t lo = d != 0.0f ? nearest_index(tensor__iq4nl_values, x[j], d) : 8;
-        const uint8_t hi = d != 0.0f ? nearest_index(tensor__iq4nl_values, x[j + 16], d) : 8;
+        const uint8_t lo = d != 0.0f ? nearest_index(tensor__iq4nl_values, x[j], id) : 8;
+        const uint8_t hi = d != 0.0f ? nearest_index(tensor__iq4nl_values, x[j + 16], id) : 8;
         qs[j] = (uint8_t)(lo | hi << 4);
     }
 }
@@ -284,10 +291,11 @@ static void mxfp4_from_float(const float *src, void *dst, int64_t n)
         else if (!isfinite(amax))
             e = 255;
         b[i].e = (uint8_t)e;
-        const float d = tensor__e8m0_half(b[i].e);
+        /* 1 / 2^-128 overflows: for e = 0 the elements are doubled first */
+        const float pre = e ? 1.0f : 2.0f, id = e ? 1.0f / tensor__e8m0_half(b[i].e) : 0x1p127f;
         for (int j = 0; j < QK_MXFP4 / 2; j++)
-            b[i].qs[j] = (uint8_t)(nearest_index(tensor__mxfp4_values, src[j], d) |
-                                   nearest_index(tensor__mxfp4_values, src[j + 16], d) << 4);
+            b[i].qs[j] = (uint8_t)(nearest_index(tensor__mxfp4_values, pre * src[j], id) |
+                                   nearest_index(tensor__mxfp4_values, pre * src[j + 16], id) << 4);
     }
 }
 
