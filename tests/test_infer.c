@@ -136,6 +136,9 @@ TEST(infer_ref_llama_q3_k)   { check_against_ref("tiny", TT_Q3_K, NULL); }
 TEST(infer_ref_llama_q4_k)   { check_against_ref("tiny", TT_Q4_K, NULL); }
 TEST(infer_ref_llama_q5_k)   { check_against_ref("tiny", TT_Q5_K, NULL); }
 TEST(infer_ref_llama_q6_k)   { check_against_ref("tiny", TT_Q6_K, NULL); }
+TEST(infer_ref_llama_iq4_nl) { check_against_ref("tiny", TT_IQ4_NL, NULL); }
+TEST(infer_ref_llama_iq4_xs) { check_against_ref("tiny", TT_IQ4_XS, NULL); }
+TEST(infer_ref_qwen3moe_mxfp4) { check_against_ref("tiny-qwen3moe", TT_MXFP4, NULL); }
 TEST(infer_ref_qwen3_q4_k_m) { check_against_ref("tiny-qwen3", TT_F32, "Q4_K_M"); }
 TEST(infer_ref_qwen3moe_q8_0){ check_against_ref("tiny-qwen3moe", TT_Q8_0, NULL); }
 

@@ -29,6 +29,7 @@
 static const int weight_types[] = {
     TT_F32, TT_F16, TT_BF16, TT_Q4_0, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_Q8_0,
     TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K,
+    TT_IQ4_NL, TT_IQ4_XS, TT_MXFP4,
 };
 #define N_WEIGHT_TYPES (int)(sizeof weight_types / sizeof weight_types[0])
 
@@ -86,6 +87,10 @@ static void make_weights(rng_state *r, int type, int64_t n, int random_levels, f
         uint8_t *blk = p + b * bb;
         fp16_t d = fp32_to_fp16(scale * (float)(0.5 + rng_uniform(r)) / 64.0f);
         fp16_t m = fp32_to_fp16(scale * (float)rng_uniform(r) / 64.0f);
+        if (type == TT_MXFP4) {          /* an E8M0 byte: scales 2^-4 .. 2^-1 */
+            blk[0] = (uint8_t)(124 + rng_next(r) % 4);
+            continue;
+        }
         /* d (and the minimum's scale) lead the block, or end it */
         size_t d_off = type == TT_Q6_K || type == TT_Q3_K ? bb - 2 : type == TT_Q2_K ? bb - 4 : 0;
         memcpy(blk + d_off, &d, 2);

@@ -8,36 +8,40 @@
 #include "model/synth.h"
 #include "tensor/types.h"
 
-/* A minimal llama file: E=64, 1 layer, 4 heads / 2 kv heads, FFN 128,
- * vocab 300, with one tensor changed as `tweak` says. */
-enum { OK, NO_Q, BAD_SHAPE, Q2K, BAD_ARCH, NO_EMBD_KEY, BAD_HEADS, F16_NORM, NO_VOCAB_TENSOR };
+/* A minimal llama file: E=64 (256 with ODD_TYPE, whose blocks are 256
+ * long), 1 layer, 4 heads / 2 kv heads, FFN 128, vocab 300, with one
+ * tensor changed as `tweak` says: ODD_TYPE gives attn_q the type odd_type. */
+enum { OK, NO_Q, BAD_SHAPE, ODD_TYPE, BAD_ARCH, NO_EMBD_KEY, BAD_HEADS, F16_NORM, NO_VOCAB_TENSOR };
+
+static int odd_type = TT_F32;
 
 static const char *write_model(int tweak)
 {
     static char path[1024];
+    const int64_t E = tweak == ODD_TYPE ? 256 : 64;
     snprintf(path, sizeof path, "%s/m%d.gguf", test_tmpdir(), tweak);
     gguf_writer *w = gguf_writer_new();
     CHECK(w);
     CHECK_OK(gguf_writer_set_str(w, "general.architecture", tweak == BAD_ARCH ? "mamba" : "llama"));
     if (tweak != NO_EMBD_KEY)
-        CHECK_OK(gguf_writer_set_u32(w, "llama.embedding_length", 64));
+        CHECK_OK(gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)E));
     CHECK_OK(gguf_writer_set_u32(w, "llama.block_count", 1));
     CHECK_OK(gguf_writer_set_u32(w, "llama.attention.head_count", 4));
     CHECK_OK(gguf_writer_set_u32(w, "llama.attention.head_count_kv", tweak == BAD_HEADS ? 3 : 2));
     CHECK_OK(gguf_writer_set_u32(w, "llama.feed_forward_length", 128));
     CHECK_OK(gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
     struct { const char *name; int type; int n_dims; int64_t ne[2]; } t[] = {
-        { "token_embd.weight", TT_F32, 2, { 64, 300 } },
-        { "output_norm.weight", TT_F32, 1, { 64, 1 } },
-        { "blk.0.attn_norm.weight", tweak == F16_NORM ? TT_F16 : TT_F32, 1, { 64, 1 } },
-        { "blk.0.attn_q.weight", tweak == Q2K ? TT_IQ4_NL : TT_F32, 2, { 64, 64 } },
-        { "blk.0.attn_k.weight", TT_F32, 2, { 64, tweak == BAD_SHAPE ? 48 : 32 } },
-        { "blk.0.attn_v.weight", TT_F32, 2, { 64, 32 } },
-        { "blk.0.attn_output.weight", TT_F32, 2, { 64, 64 } },
-        { "blk.0.ffn_norm.weight", TT_F32, 1, { 64, 1 } },
-        { "blk.0.ffn_gate.weight", TT_F32, 2, { 64, 128 } },
-        { "blk.0.ffn_up.weight", TT_F32, 2, { 64, 128 } },
-        { "blk.0.ffn_down.weight", TT_F32, 2, { 128, 64 } },
+        { "token_embd.weight", TT_F32, 2, { E, 300 } },
+        { "output_norm.weight", TT_F32, 1, { E, 1 } },
+        { "blk.0.attn_norm.weight", tweak == F16_NORM ? TT_F16 : TT_F32, 1, { E, 1 } },
+        { "blk.0.attn_q.weight", tweak == ODD_TYPE ? odd_type : TT_F32, 2, { E, E } },
+        { "blk.0.attn_k.weight", TT_F32, 2, { E, tweak == BAD_SHAPE ? 48 : E / 2 } },
+        { "blk.0.attn_v.weight", TT_F32, 2, { E, E / 2 } },
+        { "blk.0.attn_output.weight", TT_F32, 2, { E, E } },
+        { "blk.0.ffn_norm.weight", TT_F32, 1, { E, 1 } },
+        { "blk.0.ffn_gate.weight", TT_F32, 2, { E, 128 } },
+        { "blk.0.ffn_up.weight", TT_F32, 2, { E, 128 } },
+        { "blk.0.ffn_down.weight", TT_F32, 2, { 128, E } },
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         if ((tweak == NO_Q && i == 3) || (tweak == NO_VOCAB_TENSOR && i == 0))
@@ -72,7 +76,25 @@ TEST(model_binding_errors)
     model_free(m);
     expect_error(NO_Q, RC_EFORMAT, "'blk.0.attn_q.weight' is missing");
     expect_error(BAD_SHAPE, RC_EFORMAT, "'blk.0.attn_k.weight' has shape [64, 48, 1], expected [64, 32, 1]");
-    expect_error(Q2K, RC_EUNSUPPORTED, "has type IQ4_NL, which racimo cannot compute with");
+    /* the types racimo lacks: the message names the tensor and the type */
+    static const int lacking[] = { TT_IQ1_S, TT_IQ1_M, TT_IQ2_XXS, TT_IQ2_XS, TT_IQ2_S,
+                                   TT_IQ3_XXS, TT_IQ3_S, TT_TQ1_0, TT_TQ2_0 };
+    for (size_t k = 0; k < sizeof lacking / sizeof lacking[0]; k++) {
+        odd_type = lacking[k];
+        CHECK(!tensor_type_supported(odd_type));
+        char want[128];
+        snprintf(want, sizeof want, "tensor 'blk.0.attn_q.weight' has type %s, which racimo "
+                 "cannot compute with", tensor_type_name(odd_type));
+        expect_error(ODD_TYPE, RC_EUNSUPPORTED, want);
+    }
+    /* and the 4-bit table types load */
+    static const int table_types[] = { TT_IQ4_NL, TT_IQ4_XS, TT_MXFP4 };
+    for (size_t k = 0; k < sizeof table_types / sizeof table_types[0]; k++) {
+        odd_type = table_types[k];
+        CHECK_OK(model_load(write_model(ODD_TYPE), 0, -1, &m));
+        CHECK_INT(m->layers[0].wq.type, ==, odd_type);
+        model_free(m);
+    }
     expect_error(BAD_ARCH, RC_EUNSUPPORTED, "architecture 'mamba' is not supported");
     expect_error(NO_EMBD_KEY, RC_EFORMAT, "'llama.embedding_length' is missing");
     expect_error(BAD_HEADS, RC_EFORMAT, "not a multiple");

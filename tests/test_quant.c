@@ -20,6 +20,7 @@
 static const int weight_types[] = {
     TT_F32, TT_F16, TT_BF16, TT_Q4_0, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_Q8_0,
     TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K,
+    TT_IQ4_NL, TT_IQ4_XS, TT_MXFP4,
 };
 #define N_WEIGHT_TYPES (int)(sizeof weight_types / sizeof weight_types[0])
 
@@ -197,6 +198,9 @@ TEST(quant_table)
     CHECK_INT(tensor_type_traits(TT_Q5_K)->block_bytes, ==, sizeof(block_q5_K));
     CHECK_INT(tensor_type_traits(TT_Q6_K)->block_bytes, ==, sizeof(block_q6_K));
     CHECK_INT(tensor_type_traits(TT_Q8_K)->block_bytes, ==, sizeof(block_q8_K));
+    CHECK_INT(tensor_type_traits(TT_IQ4_NL)->block_bytes, ==, sizeof(block_iq4_nl));
+    CHECK_INT(tensor_type_traits(TT_IQ4_XS)->block_bytes, ==, sizeof(block_iq4_xs));
+    CHECK_INT(tensor_type_traits(TT_MXFP4)->block_bytes, ==, sizeof(block_mxfp4));
 
     /* which types have code, and their activation types (llama.cpp's) */
     static const int vec_dot_type[][2] = {
@@ -205,6 +209,7 @@ TEST(quant_table)
         {TT_Q5_1, TT_Q8_1}, {TT_Q8_0, TT_Q8_0}, {TT_Q2_K, TT_Q8_K},
         {TT_Q3_K, TT_Q8_K}, {TT_Q4_K, TT_Q8_K}, {TT_Q5_K, TT_Q8_K},
         {TT_Q6_K, TT_Q8_K},
+        {TT_IQ4_NL, TT_Q8_0}, {TT_IQ4_XS, TT_Q8_K}, {TT_MXFP4, TT_Q8_0},
     };
     int n_supported = 0;
     for (int t = 0; t < TT_COUNT; t++) {
@@ -524,6 +529,57 @@ TEST(quant_dequant_q6_K)
     }
 }
 
+/* IQ4_NL, IQ4_XS and MXFP4 with every index in both nibble positions; the
+ * tables written out from the format descriptions. */
+TEST(quant_dequant_iq4_mxfp4)
+{
+    static const float iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                    1, 13, 25, 38, 53, 69, 89, 113};
+    static const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6,
+                                   0, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    float out[QK_K], want[QK_K];
+
+    block_iq4_nl nl = {.d = 0x3800};                      /* d = 0.5 */
+    for (int j = 0; j < 16; j++)
+        nl.qs[j] = nib_byte(j);
+    for (int e = 0; e < 32; e++)
+        want[e] = 0.5f * iq4nl[nib_of(e)];
+    decode(TT_IQ4_NL, &nl, out, 32);
+    check_floats_exact(out, want, 32, "IQ4_NL");
+    CHECK(out[0] == -63.5f && out[15] == 56.5f && out[16] == 56.5f && out[31] == -63.5f);
+
+    /* sub-block scales ls = 0, 31, 32, 33, 63, 16, 47, 1 (x = d (ls - 32) v),
+     * packed by hand: low nibbles two a byte, top bits two per sub-block */
+    block_iq4_xs xs = {.d = 0x3400, .scales_h = 0x27a4,  /* d = 0.25 */
+                       .scales_l = {0xf0, 0x10, 0x0f, 0x1f}};
+    static const int ls[8] = {0, 31, 32, 33, 63, 16, 47, 1};
+    for (int k = 0; k < QK_K / 2; k++)
+        xs.qs[k] = nib_byte(k % 16);
+    for (int e = 0; e < QK_K; e++)
+        want[e] = (0.25f * (float)(ls[e / 32] - 32)) * iq4nl[nib_of(e % 32)];
+    decode(TT_IQ4_XS, &xs, out, QK_K);
+    check_floats_exact(out, want, QK_K, "IQ4_XS");
+    CHECK(out[0] == 8.0f * 127 && out[32 * 4 + 15] == 0.25f * 31 * 113);
+
+    /* e = 127 is a scale of 1: the E2M1 values themselves */
+    block_mxfp4 mx = {.e = 127};
+    for (int j = 0; j < 16; j++)
+        mx.qs[j] = nib_byte(j);
+    for (int e = 0; e < 32; e++)
+        want[e] = e2m1[nib_of(e)];
+    decode(TT_MXFP4, &mx, out, 32);
+    check_floats_exact(out, want, 32, "MXFP4");
+    mx.e = 130;                                           /* 2^3 */
+    decode(TT_MXFP4, &mx, out, 32);
+    CHECK(out[7] == 48.0f && out[24] == 48.0f && out[16] == -48.0f && out[1] == 0.5f * 8);
+    mx.e = 0;                                             /* 2^-127: subnormal */
+    decode(TT_MXFP4, &mx, out, 32);
+    CHECK(out[1] == ldexpf(1.0f, -128) && out[7] == 6.0f * ldexpf(1.0f, -127));
+    mx.e = 1;
+    decode(TT_MXFP4, &mx, out, 32);
+    CHECK(out[2] == ldexpf(1.0f, -126));
+}
+
 TEST(quant_dequant_q8_K)
 {
     block_q8_K b = {.d = -0.75f};
@@ -749,6 +805,11 @@ static void check_roundtrip_with(const tensor_traits *t, int type, const float *
         case TT_Q4_K: bound = 0.16 * amax; rms_bound = 0.10; break;
         case TT_Q5_K: bound = 0.085 * amax; rms_bound = 0.055; break;
         case TT_Q6_K: bound = 0.04 * amax; rms_bound = 0.028; break;
+        /* the scale search minimises squared error, which may stretch the
+         * widest gap of the table (24 of 127) past half a step */
+        case TT_IQ4_NL: bound = 0.14 * amax; break;
+        case TT_IQ4_XS: bound = 0.16 * amax; rms_bound = 0.10; break;
+        case TT_MXFP4: bound = 0.34 * amax; break;
         default: FAIL("no bound for type %d", type);
         }
         if (emax > bound)
@@ -770,6 +831,7 @@ static void check_roundtrip(int type, const float *x, int64_t n, const char *wha
 static const int all_quant_types[] = {
     TT_F32, TT_F16, TT_BF16, TT_Q4_0, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_Q8_0,
     TT_Q8_1, TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K, TT_Q8_K,
+    TT_IQ4_NL, TT_IQ4_XS, TT_MXFP4,
 };
 #define N_ALL_QUANT_TYPES (int)(sizeof all_quant_types / sizeof all_quant_types[0])
 
@@ -805,6 +867,7 @@ TEST(quant_roundtrip_rms)
         {TT_F16, 3e-4}, {TT_BF16, 2.2e-3}, {TT_Q4_0, 0.095}, {TT_Q4_1, 0.085},
         {TT_Q5_0, 0.047}, {TT_Q5_1, 0.042}, {TT_Q8_0, 0.006}, {TT_Q8_1, 0.006},
         {TT_Q2_K, 0.29}, {TT_Q3_K, 0.16}, {TT_Q4_K, 0.078}, {TT_Q5_K, 0.040}, {TT_Q6_K, 0.020}, {TT_Q8_K, 0.0075},
+        {TT_IQ4_NL, 0.09}, {TT_IQ4_XS, 0.09}, {TT_MXFP4, 0.15},
     };
     const int64_t n = 64 * QK_K;
     float *x = xmalloc((size_t)n * sizeof(float)), *y = xmalloc((size_t)n * sizeof(float));

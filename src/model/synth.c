@@ -148,7 +148,8 @@ static bool more_bits(int il, int n_layer)
 }
 
 /* The type a matrix gets: the uniform type, or the mix's choice; K-quants
- * fall back to 32-wide types when rows are not a multiple of 256. */
+ * and IQ4_XS fall back to 32-wide types when rows are not a multiple of
+ * 256 (IQ4_XS to IQ4_NL, as llama-quantize does). */
 static int pick_type(const synth_params *p, const char *role, int il, int64_t ne0)
 {
     int t = p->type;
@@ -165,6 +166,7 @@ static int pick_type(const synth_params *p, const char *role, int il, int64_t ne
     if (ne0 % tt->block_size) {
         if (t == TT_Q4_K || t == TT_Q5_K) t = TT_Q5_0;
         else if (t == TT_Q6_K) t = TT_Q8_0;
+        else if (t == TT_IQ4_XS) t = TT_IQ4_NL;
         else t = TT_F16;
         if (ne0 % tensor_type_traits(t)->block_size)
             t = TT_F32;

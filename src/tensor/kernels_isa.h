@@ -16,6 +16,8 @@ void tensor__kernels_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_klow_avx2(tensor_traits *table);   /* Q2_K, Q3_K */
+/* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx2.c): vec_dot and vec_dot_tile. */
+void tensor__kernels_iq_avx2(tensor_traits *table);
 void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
                          const void *k, size_t k_stride, const void *v, size_t v_stride,
                          int n_pos, float *scores, float *out);
@@ -30,5 +32,7 @@ void tensor__kernels_avx512(tensor_traits *table, int q8_tile);
 
 /* arm64 NEON; `has_dotprod` when the CPU has the SDOT/UDOT instructions. */
 void tensor__kernels_neon(tensor_traits *table, int has_dotprod);
+/* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_neon.c), called by the above. */
+void tensor__kernels_iq_neon(tensor_traits *table, int has_dotprod);
 
 #endif

@@ -473,4 +473,5 @@ void tensor__kernels_avx2(tensor_traits *table, int use_vnni)
     tensor__kernels_tile_avx2(table, use_vnni);
     tensor__kernels_k_avx2(table, use_vnni);
     tensor__kernels_klow_avx2(table);
+    tensor__kernels_iq_avx2(table);
 }

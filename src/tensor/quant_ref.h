@@ -2,9 +2,10 @@
  * each type racimo computes with, and helpers the reference files share.
  *
  * quant_ref.c defines the float and 32-element ("legacy") formats,
- * quant_kref.c the 256-element K-quants Q4_K, Q5_K, Q6_K, Q8_K and
- * quant_klow_ref.c the low-bit ones, Q2_K and Q3_K; types.c puts the
- * entries into the table that types.h exposes.  Nothing outside src/tensor includes this.
+ * quant_kref.c the 256-element K-quants Q4_K, Q5_K, Q6_K, Q8_K,
+ * quant_klow_ref.c the low-bit ones, Q2_K and Q3_K, and quant_iqref.c IQ4_NL,
+ * IQ4_XS and MXFP4; types.c puts the entries into the table that types.h
+ * exposes.  Nothing outside src/tensor includes this.
  */
 #ifndef RC_TENSOR_QUANT_REF_H
 #define RC_TENSOR_QUANT_REF_H
@@ -29,6 +30,26 @@ extern const tensor_traits tensor__ref_q4_K;
 extern const tensor_traits tensor__ref_q5_K;
 extern const tensor_traits tensor__ref_q6_K;
 extern const tensor_traits tensor__ref_q8_K;
+extern const tensor_traits tensor__ref_iq4_nl;
+extern const tensor_traits tensor__ref_iq4_xs;
+extern const tensor_traits tensor__ref_mxfp4;
+
+/* quant_iqref.c: the value tables of IQ4_NL/IQ4_XS and of MXFP4 (E2M1
+ * doubled), and the 6-bit scale (0..63, offset 32) of IQ4_XS sub-block j. */
+extern const int8_t tensor__iq4nl_values[16];
+extern const int8_t tensor__mxfp4_values[16];
+int tensor__iq4_xs_scale(const block_iq4_xs *b, int j);
+
+/* An E8M0 scale halved, 2^(e - 128), as ggml reads it (e = 255 too); the
+ * half makes up for the doubled MXFP4 table.  e 0 and 1 give f32
+ * subnormals. */
+static inline float tensor__e8m0_half(uint8_t e)
+{
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 /* The exact-math dot of any block format: each block of weights decoded to
  * f32 by `to_float`, products summed in f32 in element order. */

@@ -5,8 +5,8 @@
  * size the tensors of any file, even of types racimo cannot compute with
  * (those have a name and block geometry but no functions); numbers ggml
  * removed keep their old names with block_size 0.  The functions come from
- * quant_ref.c, quant_kref.c and quant_klow_ref.c; kernels.c keeps the
- * patchable copy that tensor_type_traits returns.
+ * quant_ref.c, quant_kref.c, quant_klow_ref.c and quant_iqref.c; kernels.c
+ * keeps the patchable copy that tensor_type_traits returns.
  */
 #include "tensor/types.h"
 
@@ -28,10 +28,8 @@ static const tensor_traits info_only[TT_COUNT] = {
     INFO(TT_IQ2_XS,  "IQ2_XS",  QK_K, 74),
     INFO(TT_IQ3_XXS, "IQ3_XXS", QK_K, 98),
     INFO(TT_IQ1_S,   "IQ1_S",   QK_K, 50),
-    INFO(TT_IQ4_NL,  "IQ4_NL",  32,   18),
     INFO(TT_IQ3_S,   "IQ3_S",   QK_K, 110),
     INFO(TT_IQ2_S,   "IQ2_S",   QK_K, 82),
-    INFO(TT_IQ4_XS,  "IQ4_XS",  QK_K, 136),
     INFO(TT_I8,      "I8",      1,    1),
     INFO(TT_I16,     "I16",     1,    2),
     INFO(TT_I32,     "I32",     1,    4),
@@ -46,7 +44,6 @@ static const tensor_traits info_only[TT_COUNT] = {
     REMOVED(36, "IQ4_NL_4_4"),
     REMOVED(37, "IQ4_NL_4_8"),
     REMOVED(38, "IQ4_NL_8_8"),
-    INFO(TT_MXFP4,   "MXFP4",   32,   17),
 };
 
 static const tensor_traits *const ref_table[TT_COUNT] = {
@@ -65,6 +62,9 @@ static const tensor_traits *const ref_table[TT_COUNT] = {
     [TT_Q5_K] = &tensor__ref_q5_K,
     [TT_Q6_K] = &tensor__ref_q6_K,
     [TT_Q8_K] = &tensor__ref_q8_K,
+    [TT_IQ4_NL] = &tensor__ref_iq4_nl,
+    [TT_IQ4_XS] = &tensor__ref_iq4_xs,
+    [TT_MXFP4]  = &tensor__ref_mxfp4,
 };
 
 const tensor_traits *tensor_type_traits_ref(int type)

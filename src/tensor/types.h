@@ -4,7 +4,7 @@
  * so they are never renumbered, only appended; removed ggml types stay as
  * comments.  Every type racimo computes with has an entry in the traits
  * table, indexed by the enum.  The entries start as the scalar reference code
- * (quant_ref.c, quant_kref.c; the table itself in types.c), which is the
+ * (quant_ref.c, quant_kref.c, quant_iqref.c; the table itself in types.c), which is the
  * specification and the test oracle; faster kernels for an instruction set
  * replace the function pointers at start-up (tensor_kernels_init, kernels.c),
  * never the reference functions themselves.
@@ -65,6 +65,8 @@ enum tensor_type {
 #define QK8_1 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
+#define QK4_NL 32
+#define QK_MXFP4 32
 
 typedef uint16_t fp16_t;   /* IEEE half, stored bits */
 typedef uint16_t bf16_t;   /* bfloat16, stored bits */
@@ -110,6 +112,21 @@ typedef struct {
     int16_t bsums[QK_K / 16];       /* sums of each 16 qs, for the K-quant mins */
 } block_q8_K;
 
+/* IQ4_NL: x = d * v[q] with v the 16-entry non-linear table (quant_iqref.c);
+ * qs as Q4_0 (element j low nibble of qs[j], element j + 16 high nibble).
+ * IQ4_XS: 8 sub-blocks of 32, each an IQ4_NL block whose scale is
+ * d * (ls - 32) with a 6-bit ls: low 4 bits in scales_l (sub-block j in the
+ * low nibble of byte j / 2 for even j, high for odd), top 2 bits at bit 2j
+ * of scales_h.  MXFP4: FP4 E2M1 values times 2^(e - 127), an E8M0 scale. */
+typedef struct { fp16_t d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
+typedef struct {
+    fp16_t   d;
+    uint16_t scales_h;
+    uint8_t  scales_l[QK_K / 64];
+    uint8_t  qs[QK_K / 2];
+} block_iq4_xs;
+typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4;
+
 _Static_assert(sizeof(block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(block_q4_1) == 20, "q4_1 block");
 _Static_assert(sizeof(block_q5_0) == 22, "q5_0 block");
@@ -122,6 +139,9 @@ _Static_assert(sizeof(block_q4_K) == 144, "q4_K block");
 _Static_assert(sizeof(block_q5_K) == 176, "q5_K block");
 _Static_assert(sizeof(block_q6_K) == 210, "q6_K block");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K block");
+_Static_assert(sizeof(block_iq4_nl) == 18, "iq4_nl block");
+_Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs block");
+_Static_assert(sizeof(block_mxfp4) == 17, "mxfp4 block");
 
 /* Row of n elements of weights `w` (this type) against activations.
  * dot_f32: activations in f32; the weights are decoded exactly to f32 and the
