@@ -10,6 +10,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "tensor/kv_types.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -663,9 +664,11 @@ json_t *placement_to_json(const placement *p, const model_sizes *ms)
                       (json_int_t)st->weight_bytes, "kv_bytes", (json_int_t)st->kv_bytes,
                       "ms_per_token", st->ms_per_token));
     }
-    return json_pack("{s:b, s:s, s:o, s:f, s:I, s:I, s:s, s:i}", "fits", p->fits, "split",
-                     p->tensor ? "tensor" : "layers", "stages", stages,
+    return json_pack("{s:b, s:s, s:o, s:f, s:I, s:I, s:s, s:i, s:s, s:I}", "fits", p->fits,
+                     "split", p->tensor ? "tensor" : "layers", "stages", stages,
                      "tokens_per_s", p->tokens_per_s, "need_bytes", (json_int_t)p->need_bytes,
                      "have_bytes", (json_int_t)p->have_bytes, "advice", p->advice, "n_layer",
-                     ms ? ms->n_layer : 0);
+                     ms ? ms->n_layer : 0, "kv_cache_type", ms ? kv_type_name(ms->kv_type) : "?",
+                     "kv_bytes_per_token",
+                     ms ? (json_int_t)(ms->kv_bytes_per_token * (uint64_t)ms->n_layer) : 0);
 }
