@@ -190,6 +190,9 @@ TEST(kv_cache_types_plan_bytes)
         snprintf(args, sizeof args, "--node a:%lluK", kib);
         json_t *j = plan_json(path, args, 1);
         CHECK(json_is_false(json_object_get(j, "fits")));
+        const char *advice = json_string_value(json_object_get(j, "advice"));
+        if (!advice || !strstr(advice, "A q8_0 KV cache (--cache-type q8_0: "))
+            FAIL("advice without the q8_0 cache: %s", advice ? advice : "(none)");
         json_decref(j);
         model_sizes_free(&ms);
     }

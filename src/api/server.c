@@ -264,8 +264,9 @@ static int cluster(api_server *s, struct evhttp_request *req)
         if (o && st == MODEL_READY) {
             engine_stats es;
             engine_get_stats(m->eng, &es);
-            json_t *e = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I}",
+            json_t *e = json_pack("{s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I}",
                                   "parallel", m->ep.n_seq, "ctx_size", m->ep.n_ctx,
+                                  "cache_type", kv_type_name(m->ep.kv_type),
                                   "threads", m->ep.n_threads, "active", es.n_active,
                                   "queued", es.n_queued, "kv_used", es.kv_used,
                                   "kv_total", es.kv_total, "tokens_prompt",

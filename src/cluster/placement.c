@@ -414,6 +414,18 @@ static void advise(problem *P, const placement_opts *o, placement *p)
     }
     P->tokens = tok;
 
+    /* the same context in a q8_0 cache (a little over half of f16's bytes) */
+    if (one && P->ms->kv_type != TT_Q8_0 && P->ms->kv_heads > 0) {
+        const model_sizes *ms = P->ms;
+        model_sizes q8 = *ms;
+        model_sizes_set_kv_type(&q8, TT_Q8_0);
+        P->ms = &q8;
+        if (place(P, &scratch))
+            say(p, " A q8_0 KV cache (--cache-type q8_0: %s) would fit.",
+                gib(model_sizes_kv_bytes(&q8, 0, L, P->tokens)));
+        P->ms = ms;
+    }
+
     /* a smaller quantisation, estimated by scaling all the weights */
     if (P->ms->n_params > 0) {
         double bpw = (double)P->ms->total_bytes * 8.0 / (double)P->ms->n_params;
