@@ -143,7 +143,8 @@ test-unit: $(BUILD)/racimo_tests $(BUILD)/racimo
 # arm64 builds of jansson and pcre2 would need a foreign dpkg architecture, so
 # this binary holds only what needs neither: src/base, src/tensor and their
 # tests (runner, base, quant, kernels).
-KTEST_SRC := tests/runner.c $(wildcard tests/test_base.c tests/test_quant.c tests/test_kernels.c)
+KTEST_SRC := tests/runner.c $(wildcard tests/test_base.c tests/test_quant.c tests/test_kernels.c \
+                                        tests/test_kv_types.c)
 KLIB_SRC  := $(filter src/base/% src/tensor/%,$(LIB_SRC))
 $(BUILD)/racimo_kernel_tests: $(KTEST_SRC:%.c=$(BUILD)/%.o) $(KLIB_SRC:%.c=$(BUILD)/%.o)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm -pthread

@@ -31,7 +31,8 @@ void test_open_stage(const char *path, int first, int last, int precision, int n
 {
     CHECK_OK(model_load(path, first, last, m));
     stage_params sp = { .n_ctx = n_ctx, .n_seq = n_seq, .n_batch = n_batch,
-                        .n_threads = n_threads, .precision = precision };
+                        .n_threads = n_threads, .precision = precision,
+                        .kv_type = TT_F32 };   /* the golden references' cache */
     CHECK_OK(stage_new(*m, &sp, s));
 }
 

@@ -151,6 +151,10 @@ static void run_all(engine *e, collect *out, int max_tokens)
         CHECK_INT(out[i].done, ==, 1);
 }
 
+/* The KV cache type of pipeline_engine's stages and of two_nodes'
+ * reference engine. */
+static int cache_type = TT_F32;
+
 /* split > 0: stages [0, split) and [split, n_layer); split 0: two
  * tensor-parallel shards of every layer. */
 static engine *pipeline_engine(node *head, const lm *l, const char *model_name,
@@ -170,6 +174,7 @@ static engine *pipeline_engine(node *head, const lm *l, const char *model_name,
     spec.n_batch = 32;
     spec.n_threads = 1;
     spec.wire_f32 = f32;
+    spec.kv_type = cache_type;
     spec.n_stages = 2;
     snprintf(spec.stage[0].node, 33, "%s", s0);
     snprintf(spec.stage[1].node, 33, "%s", s1);
@@ -225,7 +230,7 @@ static void two_nodes(node *a, node *b, const char *name_a, const char *name_b, 
     write_model(pb);
     CHECK_OK(lm_open(whole, pa, true, NULL));
     engine_params ep = { .n_ctx = 128, .n_seq = 4, .n_batch = 32, .n_threads = 1,
-                         .max_queue = 8, .precision = MATMUL_FAST };
+                         .max_queue = 8, .precision = MATMUL_FAST, .kv_type = cache_type };
     engine *ref_e;
     CHECK_OK(engine_new(whole->m, whole->tok, &ep, &ref_e));
     run_all(ref_e, ref, 20);
@@ -320,6 +325,43 @@ TEST_T(pipeline_two_nodes_same_tokens, 120)
     check_death(e, &b);
     lm_close(&head);
     lm_close(&whole);
+    stop(&a);
+}
+
+/* The head's cache type reaches the stages and shards (SETUP "cache"): with
+ * q8_0 on both sides a pipeline and tensor-parallel shards give one node's
+ * tokens, which differ from an f32 cache's. */
+TEST_T(pipeline_cache_type_reaches_stages, 120)
+{
+    node a = { 0 }, b = { 0 };
+    char pa[800];
+    lm whole;
+    collect ref[N_REQ], got[N_REQ], f32[N_REQ];
+    cache_type = TT_Q8_0;
+    two_nodes(&a, &b, "ka", "kb", pa, sizeof pa, &whole, ref);
+    engine_params ep = { .n_ctx = 128, .n_seq = 4, .n_batch = 32, .n_threads = 1,
+                         .max_queue = 8, .precision = MATMUL_FAST, .kv_type = TT_F32 };
+    engine *e;
+    CHECK_OK(engine_new(whole.m, whole.tok, &ep, &e));
+    run_all(e, f32, 20);
+    engine_free(e);
+    int differ = 0;
+    for (int i = 0; i < N_REQ; i++)
+        differ += memcmp(f32[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)) != 0;
+    CHECK(differ > 0);   /* else this model could not tell the types apart */
+    lm head;
+    CHECK_OK(lm_open(&head, pa, false, NULL));
+    e = pipeline_engine(&a, &head, "m4", cluster_self_id(b.c), cluster_self_id(a.c), 2, true);
+    run_all(e, got, 20);
+    check_same(got, ref);
+    engine_free(e);
+    e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 0, true);
+    run_all(e, got, 20);
+    check_same(got, ref);
+    engine_free(e);
+    lm_close(&head);
+    lm_close(&whole);
+    stop(&b);
     stop(&a);
 }
 

@@ -44,8 +44,18 @@ static void check_sizes_of(const char *path)
     CHECK_INT(model_sizes_stage_bytes(&ms, 0, ms.n_layer), ==, sum);
     CHECK_INT(ms.tied, ==, gguf_find_tensor(f, "output.weight") == NULL);
     CHECK_INT(ms.embd_bytes, ==, gguf_find_tensor(f, "token_embd.weight")->size_bytes);
+    /* the default cache type (f16), then each type: K and V rows per KV head */
+    CHECK_INT(ms.kv_type, ==, TT_F16);
+    CHECK_INT(ms.kv_bytes_per_token, ==,
+              (uint64_t)hp.n_head_kv * (uint64_t)(hp.head_dim + hp.head_dim_v) * 2);
+    CHECK_OK(model_sizes_set_kv_type(&ms, TT_F32));
     CHECK_INT(ms.kv_bytes_per_token, ==,
               (uint64_t)hp.n_head_kv * (uint64_t)(hp.head_dim + hp.head_dim_v) * sizeof(float));
+    CHECK_OK(model_sizes_set_kv_type(&ms, TT_Q8_0));
+    CHECK_INT(ms.kv_bytes_per_token, ==,
+              (uint64_t)hp.n_head_kv * (uint64_t)((hp.head_dim + 31) / 32 + (hp.head_dim_v + 31) / 32) * 34);
+    CHECK_INT(model_sizes_set_kv_type(&ms, TT_BF16), ==, RC_EINVAL);
+    CHECK_OK(model_sizes_set_kv_type(&ms, TT_F16));
     /* every layer range maps what the loader binds for it */
     for (int a = 0; a < ms.n_layer; a++)
         for (int b = a + 1; b <= ms.n_layer; b++) {

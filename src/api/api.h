@@ -55,7 +55,8 @@ typedef struct {
                                          (every node a part of every layer) instead of
                                          layer ranges */
     bool split_auto;                  /* whichever of the two placement expects faster */
-    bool cache_f16;                   /* KV cache of local instances in f16 (default f32) */
+    int cache_type;                   /* KV cache elements of its instances and their stages
+                                         (tensor/kv_types.h; default KV_TYPE_DEFAULT) */
     int idle_unload_s;                /* stop a model idle this long (0: never) */
     struct weights *weights;          /* with a cluster: a model only other nodes have is
                                          pulled (its head, then what this node runs) */

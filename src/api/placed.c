@@ -69,7 +69,8 @@ bool placed_runs_here(const registry_config *cfg, const char *name, const char *
     json_t *view = NULL;
     placement pl;
     bool here = true;            /* a file it cannot read: the load says why */
-    if (!gguf_open_meta(path, &f) && !model_read_hparams(f, &hp) && !model_sizes_read(f, &ms)) {
+    if (!gguf_open_meta(path, &f) && !model_read_hparams(f, &hp) && !model_sizes_read(f, &ms) &&
+        !model_sizes_set_kv_type(&ms, cfg->engine.kv_type)) {
         int n_ctx = cfg->engine.n_ctx;
         if (hp.n_ctx_train > 0 && n_ctx > hp.n_ctx_train)
             n_ctx = hp.n_ctx_train;
@@ -99,6 +100,7 @@ static int start_exec(const registry_config *cfg, api_model *m, const model_hpar
     spec.n_batch = m->ep.n_batch;
     spec.n_threads = 0;                            /* each node its own */
     spec.wire_f32 = cfg->wire_f32;
+    spec.kv_type = m->ep.kv_type;
     spec.n_stages = pl->n_stages;
     spec.tensor = pl->tensor;
     for (int k = 0; k < pl->n_stages; k++) {
@@ -127,6 +129,8 @@ static int place_now(const registry_config *cfg, api_model *m, const model_hpara
     *plan = NULL;
     *here = false;
     int rc = model_sizes_read(m->lm.file, &ms);
+    if (!rc)
+        rc = model_sizes_set_kv_type(&ms, m->ep.kv_type);
     if (rc || (rc = place(cfg, m->name, hp, &ms, m->ep.n_ctx, m->ep.n_seq, warn, &view, pl)))
         goto out;
     *plan = placement_to_json(pl, &ms);

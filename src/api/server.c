@@ -21,7 +21,7 @@
 #include "base/os.h"
 #include "cluster/cluster.h"
 #include "cluster/pipeline.h"
-#include "tensor/types.h"
+#include "tensor/kv_types.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -59,6 +59,7 @@ void api_config_default(api_config *c)
     c->queue = 64;
     c->max_body_bytes = (size_t)8 << 20;
     c->timeout_s = 30;
+    c->cache_type = KV_TYPE_DEFAULT;
 }
 
 bool srv_is_ollama_path(const char *path)
@@ -263,8 +264,9 @@ static int cluster(api_server *s, struct evhttp_request *req)
         if (o && st == MODEL_READY) {
             engine_stats es;
             engine_get_stats(m->eng, &es);
-            json_t *e = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I}",
+            json_t *e = json_pack("{s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I}",
                                   "parallel", m->ep.n_seq, "ctx_size", m->ep.n_ctx,
+                                  "cache_type", kv_type_name(m->ep.kv_type),
                                   "threads", m->ep.n_threads, "active", es.n_active,
                                   "queued", es.n_queued, "kv_used", es.kv_used,
                                   "kv_total", es.kv_total, "tokens_prompt",
@@ -654,7 +656,7 @@ int api_server_new(const api_config *cfg, api_server **out)
         .ro_dirs = cfg->ro_dirs, .template_file = cfg->template_file,
         .engine = { .n_ctx = cfg->ctx_size, .n_seq = cfg->parallel, .n_batch = cfg->batch,
                     .n_threads = cfg->threads, .max_queue = cfg->queue,
-                    .precision = MATMUL_FAST, .kv_type = cfg->cache_f16 ? TT_F16 : TT_F32 },
+                    .precision = MATMUL_FAST, .kv_type = cfg->cache_type },
         .cluster = cfg->cluster, .pipeline = cfg->pipeline, .min_nodes = cfg->min_nodes,
         .wire_f32 = cfg->wire_f32, .split_tensor = cfg->split_tensor,
         .split_auto = cfg->split_auto, .weights = cfg->weights,

@@ -4,6 +4,7 @@
 #ifndef RC_CLI_H
 #define RC_CLI_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct gen_result;
@@ -33,6 +34,14 @@ int cli_parse_int(const char *s, long lo, long hi, long *out);
  * 8G, 512M, 1.5GiB, 2000000000.  Must be at least 1 byte and below 2^63.
  * Returns 0, or -1 (the caller names the option in its message). */
 int cli_parse_size(const char *s, uint64_t *out);
+
+/* --cache-type's value (f32, f16 or q8_0, tensor/kv_types.h) into *type;
+ * -1 after "racimo: CMD: --cache-type takes ..." on stderr otherwise. */
+int cli_parse_cache_type(const char *cmd, const char *v, int *type);
+
+/* The cache type to use: the one --cache-type gave (given >= 0), else f32
+ * for --exact (the reference path), else the default, f16. */
+int cli_cache_type(int given, bool exact);
 
 /* Parses "1,2,3" into a malloc'd array; returns count, or -1 with a message. */
 int cli_parse_ids(const char *s, int32_t **out);

@@ -61,6 +61,7 @@ void cli_gen_opts_default(cli_gen_opts *o)
     o->n_predict = -1;
     o->n_ctx = 4096;
     o->n_threads = cli_default_threads();
+    o->cache_type = -1;
 }
 
 const char cli_gen_opts_help[] =
@@ -76,7 +77,10 @@ const char cli_gen_opts_help[] =
     "  --presence-penalty P   --frequency-penalty F   (default 0)\n"
     "  --seed N               (default: random; printed with the timings)\n"
     "  --stop TEXT            stop before TEXT (repeatable)\n"
-    "  --exact                f32 activations on decoded weights (slow reference path)\n"
+    "  --exact                f32 activations on decoded weights and an f32 KV cache\n"
+    "                         (slow reference path)\n"
+    "  --cache-type T         KV cache elements: f16 (default, as llama.cpp), q8_0 (a\n"
+    "                         little over half of f16) or f32\n"
     "  --chat-template-file F use the Jinja template in F instead of the model's\n";
 
 static int want_float(const char *opt, const char *v, float lo, float hi, float *out)
@@ -140,6 +144,11 @@ int cli_gen_opt(cli_gen_opts *o, int argc, char **argv, int *i)
         (*i)++;
         return 1;
     }
+    if (!strcmp(a, "--cache-type")) {
+        if (!v) { fprintf(stderr, "racimo: --cache-type needs a value\n"); return -1; }
+        (*i)++;
+        return cli_parse_cache_type(argv[0], v, &o->cache_type) ? -1 : 1;
+    }
     if (!strcmp(a, "--exact")) {
         o->exact = true;
         return 1;
@@ -155,7 +164,8 @@ int cli_engine(const lm *l, const cli_gen_opts *o, engine **out)
         n_ctx = l->m->hp.n_ctx_train;
     engine_params ep = { .n_ctx = (int)n_ctx, .n_seq = 1, .n_batch = 512,
                          .n_threads = (int)o->n_threads, .max_queue = 1,
-                         .precision = o->exact ? MATMUL_EXACT : MATMUL_FAST };
+                         .precision = o->exact ? MATMUL_EXACT : MATMUL_FAST,
+                         .kv_type = cli_cache_type(o->cache_type, o->exact) };
     if (ep.n_batch > ep.n_ctx)
         ep.n_batch = ep.n_ctx;
     if (engine_new(l->m, l->tok, &ep, out))

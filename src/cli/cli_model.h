@@ -29,6 +29,8 @@ typedef struct {
     const char *stops[16];
     int n_stops;
     bool exact;
+    int cache_type;          /* KV cache elements; -1 until --cache-type: f16, or f32
+                                with --exact (cli_engine) */
 } cli_gen_opts;
 
 void cli_gen_opts_default(cli_gen_opts *o);

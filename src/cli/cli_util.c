@@ -3,6 +3,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "base/os.h"
+#include "tensor/kv_types.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -13,6 +14,20 @@ int cli_error(const char *what)
 {
     fprintf(stderr, "racimo: %s%s%s\n", what ? what : "", what ? ": " : "", rc_errmsg());
     return 1;
+}
+
+int cli_parse_cache_type(const char *cmd, const char *v, int *type)
+{
+    if (v && !kv_type_parse(v, type))
+        return 0;
+    fprintf(stderr, "racimo: %s: --cache-type takes " KV_TYPE_NAMES ", not '%s'\n", cmd,
+            v ? v : "(nothing)");
+    return -1;
+}
+
+int cli_cache_type(int given, bool exact)
+{
+    return given >= 0 ? given : exact ? TT_F32 : KV_TYPE_DEFAULT;
 }
 
 int cli_parse_int(const char *s, long lo, long hi, long *out)

@@ -19,7 +19,7 @@
 #include "infer/shard_group.h"
 #include "infer/stage.h"
 #include "tensor/membw.h"
-#include "tensor/types.h"
+#include "tensor/kv_types.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +48,9 @@ static void usage(FILE *f)
         "                (what N nodes would do over a link without latency): tg and\n"
         "                each --batch-decode K again\n"
         "  --exact       f32 activations (slow reference path)\n"
-        "  --cache-type T  KV cache elements: f32 (default) or f16 (half the memory\n"
-        "                and the bytes attention reads; llama.cpp's default)\n"
+        "  --cache-type T  KV cache elements: f16 (default, as llama.cpp; f32 with\n"
+        "                --exact), f32 (twice the memory and the bytes attention\n"
+        "                reads) or q8_0 (a little over half of f16)\n"
         "  --json        one JSON object on stdout instead of the table\n");
 }
 
@@ -207,7 +208,7 @@ int cmd_bench(int argc, char **argv)
     const char *path = NULL;
     long p = 512, n = 128, reps = 5, depth = 0, batch = 0, threads = cli_default_threads();
     long shards = 0;
-    int json = 0, exact = 0, rc = 1, n_bd = 0, kv_type = TT_F32;
+    int json = 0, exact = 0, rc = 1, n_bd = 0, kv_type = -1;
     long bd[MAX_BATCH_DECODE_LIST], max_k = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -218,12 +219,8 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--json")) { json = 1; continue; }
         else if (!strcmp(a, "--exact")) { exact = 1; continue; }
         else if (!strcmp(a, "--cache-type") && has) {
-            const char *t = argv[++i];
-            if (strcmp(t, "f32") && strcmp(t, "f16")) {
-                fprintf(stderr, "racimo: bench: --cache-type takes f32 or f16, got '%s'\n", t);
+            if (cli_parse_cache_type("bench", argv[++i], &kv_type))
                 return 2;
-            }
-            kv_type = strcmp(t, "f16") ? TT_F32 : TT_F16;
             continue;
         }
         else if (!strcmp(a, "--batch-decode") && has) {
@@ -286,6 +283,7 @@ int cmd_bench(int argc, char **argv)
     }
     double load_s = (double)(os_now_ns() - t0) * 1e-9;
     int ctx = (int)(depth + (p > n ? p : n) + 1);
+    kv_type = cli_cache_type(kv_type, exact);
     stage_params sp = { .n_ctx = ctx, .n_seq = (int)max_k, .n_batch = (int)n_batch,
                         .n_threads = (int)threads,
                         .precision = exact ? MATMUL_EXACT : MATMUL_FAST, .kv_type = kv_type };
@@ -368,8 +366,8 @@ int cmd_bench(int argc, char **argv)
     uint64_t per_tok = model_decode_bytes(m);
     /* generation also reads the cache: depth + n / 2 positions on average */
     const kv_cache *kv = stage_kv(s);
-    uint64_t kv_tok = (uint64_t)kv->n_layer * (uint64_t)kv->n_head * (uint64_t)(kv->k_dim + kv->v_dim) *
-                      kv->esize * (uint64_t)(depth + n / 2);
+    uint64_t kv_tok = (uint64_t)kv->n_layer * (uint64_t)kv->n_head * (uint64_t)(kv->k_row + kv->v_row) *
+                      (uint64_t)(depth + n / 2);
     double roof = bw > 0 ? bw / (double)(per_tok + kv_tok) : 0.0;
     double rss = (double)os_peak_rss_bytes();
     const gguf_file *f = m->file;
@@ -386,7 +384,7 @@ int cmd_bench(int argc, char **argv)
                name, (unsigned long long)f->size_bytes, threads, depth, p, n, reps,
                pp.median, pp.min, pp.max, tg.median, tg.min, tg.max, load_s, rss,
                kv_cache_bytes(kv), bw, (unsigned long long)per_tok, (unsigned long long)kv_tok,
-               kv->type == TT_F16 ? "f16" : "f32", roof,
+               kv_type_name(kv->type), roof,
                roof > 0 ? tg.median / roof : 0.0);
         if (n_bd) {
             printf(", \"batch_decode\": [");
@@ -427,7 +425,7 @@ int cmd_bench(int argc, char **argv)
         }
         printf("load %.2f s, peak resident %.1f MiB (KV cache %.1f MiB, %s)\n", load_s,
                rss / 1048576.0, (double)kv_cache_bytes(kv) / 1048576.0,
-               kv->type == TT_F16 ? "f16" : "f32");
+               kv_type_name(kv->type));
         printf("memory bandwidth %.2f GB/s (triad); %.1f MiB of weights + %.1f MiB of cache per "
                "token; roof %.2f tokens/s; generation at %.0f%% of roof\n", bw / 1e9,
                (double)per_tok / 1048576.0, (double)kv_tok / 1048576.0, roof,

@@ -21,8 +21,10 @@ static void usage(FILE *f)
         "  -o, --output FILE   write float32 little-endian rows to FILE\n"
         "                      (n_tokens x n_vocab, row-major)\n"
         "  --all               print every logit (default: the top 5 per row)\n"
-        "  --exact             f32 activations on weights decoded to f32\n"
-        "                      (default: llama.cpp-style quantised activations)\n"
+        "  --exact             f32 activations on weights decoded to f32, and an f32\n"
+        "                      KV cache (default: llama.cpp-style quantised activations)\n"
+        "  --cache-type T      KV cache elements: f16 (default, as llama.cpp; f32 with\n"
+        "                      --exact), q8_0 or f32\n"
         "  --batch N           evaluate in chunks of N tokens (default: all)\n"
         "  -t, --threads N     threads (default: physical cores)\n");
 }
@@ -30,7 +32,7 @@ static void usage(FILE *f)
 int cmd_logits(int argc, char **argv)
 {
     const char *path = NULL, *ids_arg = NULL, *out_path = NULL;
-    int print_all = 0, exact = 0, rc = 1;
+    int print_all = 0, exact = 0, rc = 1, cache = -1;
     long threads = cli_default_threads(), batch = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -41,6 +43,10 @@ int cmd_logits(int argc, char **argv)
         else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && has) out_path = argv[++i];
         else if (!strcmp(a, "--all")) print_all = 1;
         else if (!strcmp(a, "--exact")) exact = 1;
+        else if (!strcmp(a, "--cache-type") && has) {
+            if (cli_parse_cache_type("logits", argv[++i], &cache))
+                return 2;
+        }
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) {
             if (cli_parse_int(argv[++i], 1, 512, &threads)) {
                 fprintf(stderr, "racimo: --threads wants a number from 1 to 512\n");
@@ -78,7 +84,8 @@ int cmd_logits(int argc, char **argv)
         batch = n;
     stage_params sp = { .n_ctx = n, .n_seq = 1, .n_batch = (int)batch,
                         .n_threads = (int)threads,
-                        .precision = exact ? MATMUL_EXACT : MATMUL_FAST };
+                        .precision = exact ? MATMUL_EXACT : MATMUL_FAST,
+                        .kv_type = cli_cache_type(cache, exact) };
     if (stage_new(m, &sp, &s)) {
         rc = cli_error(NULL);
         goto done;

@@ -15,6 +15,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/model_size.h"
+#include "tensor/kv_types.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -32,8 +33,9 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: racimo plan -m MODEL [--ctx N] [--parallel N] [--min-nodes K] [--split S]\n"
-        "                   [--node NAME:MEM[:BW_GBs]]... [--cluster http://HOST:PORT] [--json]\n"
+        "usage: racimo plan -m MODEL [--ctx N] [--parallel N] [--cache-type T] [--min-nodes K]\n"
+        "                   [--split S] [--node NAME:MEM[:BW_GBs]]... [--cluster http://HOST:PORT]\n"
+        "                   [--json]\n"
         "\n"
         "Shows where the model's layers would run: on one node when one holds it (the\n"
         "fastest that does), else split over the fewest nodes that hold the weights and\n"
@@ -43,6 +45,8 @@ static void usage(FILE *f)
         "  -m, --model FILE      the GGUF model (only its header is read)\n"
         "  --ctx N               context tokens per sequence (default 4096, at most the model's)\n"
         "  --parallel N          sequences at once (default 4, as 'racimo serve')\n"
+        "  --cache-type T        KV cache elements counted: f16 (default, as 'racimo\n"
+        "                        serve'), q8_0 or f32\n"
         "  --min-nodes K         split over at least K nodes\n"
         "  --split layers|tensor|auto  layer ranges per node (pipeline, the default), a\n"
         "                        part of every layer on each node (tensor parallel), or\n"
@@ -153,8 +157,9 @@ static void print_plan(const char *model_path, const model_sizes *ms, const plac
     fmt_bytes(ms->kv_bytes_per_token * (uint64_t)ms->n_layer, per, sizeof per);
     fmt_bytes(model_sizes_kv_bytes(ms, 0, ms->n_layer, (uint64_t)o->n_ctx * (uint64_t)o->n_seq), kv,
               sizeof kv);
-    printf("model %s: %d layers, %s of weights; KV cache %s per token, %s for %d x %d tokens\n",
-           model_path, ms->n_layer, w, per, kv, o->n_ctx, o->n_seq);
+    printf("model %s: %d layers, %s of weights; KV cache (%s) %s per token, %s for %d x %d "
+           "tokens\n", model_path, ms->n_layer, w, kv_type_name(ms->kv_type), per, kv, o->n_ctx,
+           o->n_seq);
     printf("nodes: %s\n\n", source);
     if (!p->fits) {
         char need[32], have[32], shortby[32];
@@ -204,6 +209,7 @@ int cmd_plan(int argc, char **argv)
     double *links = NULL;
     int n_nodes = 0, rc = 2;
     bool as_json = false;
+    int cache = KV_TYPE_DEFAULT;
     long v;
     char err[512];
     gguf_file *f = NULL;
@@ -237,6 +243,9 @@ int cmd_plan(int argc, char **argv)
                 return 2;
             }
             o.n_seq = (int)v;
+        } else if (!strcmp(a, "--cache-type")) {
+            if (cli_parse_cache_type("plan", val, &cache))
+                return 2;
         } else if (!strcmp(a, "--min-nodes")) {
             if (cli_parse_int(val, 1, PLACEMENT_MAX_STAGES, &v)) {
                 fprintf(stderr, "racimo: plan: --min-nodes wants a number from 1 to %d\n",
@@ -301,7 +310,8 @@ int cmd_plan(int argc, char **argv)
         n_nodes = n_spec;
     }
     rc = 1;
-    if (gguf_open(model_path, &f) || model_sizes_read(f, &ms)) {
+    if (gguf_open(model_path, &f) || model_sizes_read(f, &ms) ||
+        model_sizes_set_kv_type(&ms, cache)) {
         cli_error("plan");
         goto out;
     }

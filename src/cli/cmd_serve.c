@@ -82,8 +82,10 @@ static void usage(FILE *f)
         "                          placement expects faster on the links measured\n"
         "  --pipeline-wire f16|f32 hidden states between pipeline stages and the\n"
         "                          tensor-parallel sums (default f16)\n"
-        "  --cache-type f32|f16  KV cache elements of instances run here (default f32, the\n"
-        "                        reference's numbers; f16 halves the cache's memory)\n"
+        "  --cache-type f32|f16|q8_0  KV cache elements of this node's instances, and of\n"
+        "                          the stages it asks other nodes for (default f16, as\n"
+        "                          llama.cpp; q8_0 a little over half of that; f32 the\n"
+        "                          reference's numbers, twice f16)\n"
         "  --export NAME[,NAME]    the only models of this node's folders that peers may\n"
         "                          pull (default: all); the others stay private: they are\n"
         "                          not listed to peers and a request for one is refused\n"
@@ -262,11 +264,8 @@ int cmd_serve(int argc, char **argv)
             if (want_int(a, val, 0, PIPELINE_MAX_STAGES, &v)) goto out;
             cfg.min_nodes = (int)v;
         } else if (!strcmp(a, "--cache-type")) {
-            if (strcmp(val, "f16") && strcmp(val, "f32")) {
-                fprintf(stderr, "racimo: serve: --cache-type takes f32 or f16, not '%s'\n", val);
+            if (cli_parse_cache_type("serve", val, &cfg.cache_type))
                 goto out;
-            }
-            cfg.cache_f16 = !strcmp(val, "f16");
         } else if (!strcmp(a, "--split")) {
             if (strcmp(val, "layers") && strcmp(val, "tensor") && strcmp(val, "auto")) {
                 fprintf(stderr, "racimo: serve: --split takes layers, tensor or auto, not '%s'\n",

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/os.h"
+#include "tensor/kv_types.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -291,6 +292,9 @@ static int send_setup(pipeline *p, head_exec *h, int k)
         json_object_set_new(j, "prev", json_string(s->stage[k - 1].node));
     if (j && h->digest[0])
         json_object_set_new(j, "digest", json_string(h->digest));
+    /* (2.1) the cache type; a 2.0 stage ignores it and keeps f32 */
+    if (j)
+        json_object_set_new(j, "cache", json_string(kv_type_name(s->kv_type)));
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!txt)

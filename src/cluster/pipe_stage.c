@@ -11,6 +11,7 @@
 #include "base/os.h"
 #include "infer/stage.h"
 #include "model/model.h"
+#include "tensor/kv_types.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -78,9 +79,11 @@ static void stage_bytes(const stage_inst *si, double *kv, double *buffers)
     const model_hparams *hp = &si->m->hp;
     const model_shard *sh = &si->m->shard;
     const double B = si->n_batch, E = hp->n_embd, F = 4.0;
-    double per_pos = hp->kv_lora_rank > 0 ? hp->kv_lora_rank + hp->rope_dim
-                                          : (double)sh->n_head_kv * (hp->head_dim + hp->head_dim_v);
-    *kv = (double)(si->last - si->first) * si->n_seq * si->n_ctx * per_pos * F;
+    double per_pos = hp->kv_lora_rank > 0
+        ? (double)kv_row_bytes(si->kv_type, (size_t)(hp->kv_lora_rank + hp->rope_dim))
+        : (double)sh->n_head_kv * (double)(kv_row_bytes(si->kv_type, (size_t)hp->head_dim) +
+                                           kv_row_bytes(si->kv_type, (size_t)hp->head_dim_v));
+    *kv = (double)(si->last - si->first) * si->n_seq * si->n_ctx * per_pos;
     double ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
     double work = B * (6 * E + 2 * ff + 3.0 * hp->n_head * hp->head_dim) * F +
                   (double)si->n_threads * hp->n_head * si->n_ctx * F;
@@ -166,7 +169,7 @@ static int stage_load(stage_inst *si)
         return rc;
     stage_params sp = { .n_ctx = si->n_ctx, .n_seq = si->n_seq, .n_batch = si->n_batch,
                         .n_threads = si->n_threads, .precision = MATMUL_FAST,
-                        .reduce = pl__shard_reduce, .reduce_ud = si };
+                        .kv_type = si->kv_type, .reduce = pl__shard_reduce, .reduce_ud = si };
     if ((rc = stage_new(si->m, &sp, &si->st)))
         return rc;
     const size_t E = (size_t)hp->n_embd, B = (size_t)si->n_batch;
@@ -595,19 +598,23 @@ void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len
     json_t *j = json_loadb((const char *)data, len, 0, &jerr);
     json_int_t inst = -1, index = -1, first = -1, last = -1, n_ctx = 0, n_seq = 0, n_batch = 0,
                threads = 0, n_embd = 0, n_stages = 0;
-    const char *model_name = NULL, *next = NULL, *wire_enc = NULL, *prev = NULL, *digest = NULL;
+    const char *model_name = NULL, *next = NULL, *wire_enc = NULL, *prev = NULL, *digest = NULL,
+               *cache = NULL;
     json_t *shards = NULL;
     json_int_t cut = 0;
     char buf[200];
     const char *bad = NULL;
     uint8_t root[32];
-    if (!j || json_unpack(j, "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s?o, s?I, s?s, s?s}",
+    int kv_type = TT_F32;             /* what a 2.0 head's stages ran */
+    if (!j || json_unpack(j, "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s?o, s?I, s?s, s?s, s?s}",
                           "inst", &inst, "index", &index, "model", &model_name, "first", &first,
                           "last", &last, "n_ctx", &n_ctx, "n_seq", &n_seq, "n_batch", &n_batch,
                           "threads", &threads, "n_embd", &n_embd, "wire", &wire_enc, "next",
                           &next, "n_stages", &n_stages, "shards", &shards, "cut", &cut,
-                          "prev", &prev, "digest", &digest))
+                          "prev", &prev, "digest", &digest, "cache", &cache))
         bad = "malformed set-up";
+    else if (cache && kv_type_parse(cache, &kv_type))
+        bad = "a KV cache type other than " KV_TYPE_NAMES;
     else if (digest && digests_parse(digest, root))
         bad = "malformed content digest";
     else
@@ -655,6 +662,7 @@ void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len
         si->n_threads = os_n_cpus();
     si->n_embd_want = (int)n_embd;
     si->wire_f32 = !strcmp(wire_enc, "f32");
+    si->kv_type = kv_type;
     si->cut = (int)cut;
     if ((si->have_root = digest != NULL))
         memcpy(si->root, root, sizeof root);

@@ -32,6 +32,8 @@ typedef struct {
     int n_layer, n_embd, n_vocab;
     int n_ctx, n_seq, n_batch, n_threads;
     bool wire_f32;            /* hidden states as f32 (default f16) */
+    int kv_type;              /* the stages' KV cache elements: TT_F32 (0), TT_F16 or
+                                 TT_Q8_0 (tensor/kv_types.h) */
     bool tensor;              /* the stages are tensor-parallel shards (each [0, n_layer)):
                                  every batch goes to all of them, they sum their parts
                                  with each other, and shard 0 samples */

@@ -116,6 +116,7 @@ typedef struct stage_inst {
     uint64_t mem_need;        /* bytes the set-up asked of this node (KV cache, buffers) */
     int first, last, n_ctx, n_seq, n_batch, n_threads, n_embd_want;
     bool wire_f32;
+    int kv_type;              /* KV cache elements the head asked for (its "cache") */
     int cut;                  /* SHARD_CUT of the head's set-up (tensor parallel) */
     uint8_t root[DIGEST_BYTES]; /* the model's content digest the head sent (digests.h) */
     bool have_root;

@@ -10,6 +10,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "tensor/kv_types.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -413,6 +414,18 @@ static void advise(problem *P, const placement_opts *o, placement *p)
     }
     P->tokens = tok;
 
+    /* the same context in a q8_0 cache (a little over half of f16's bytes) */
+    if (one && P->ms->kv_type != TT_Q8_0 && P->ms->kv_heads > 0) {
+        const model_sizes *ms = P->ms;
+        model_sizes q8 = *ms;
+        model_sizes_set_kv_type(&q8, TT_Q8_0);
+        P->ms = &q8;
+        if (place(P, &scratch))
+            say(p, " A q8_0 KV cache (--cache-type q8_0: %s) would fit.",
+                gib(model_sizes_kv_bytes(&q8, 0, L, P->tokens)));
+        P->ms = ms;
+    }
+
     /* a smaller quantisation, estimated by scaling all the weights */
     if (P->ms->n_params > 0) {
         double bpw = (double)P->ms->total_bytes * 8.0 / (double)P->ms->n_params;
@@ -663,9 +676,11 @@ json_t *placement_to_json(const placement *p, const model_sizes *ms)
                       (json_int_t)st->weight_bytes, "kv_bytes", (json_int_t)st->kv_bytes,
                       "ms_per_token", st->ms_per_token));
     }
-    return json_pack("{s:b, s:s, s:o, s:f, s:I, s:I, s:s, s:i}", "fits", p->fits, "split",
-                     p->tensor ? "tensor" : "layers", "stages", stages,
+    return json_pack("{s:b, s:s, s:o, s:f, s:I, s:I, s:s, s:i, s:s, s:I}", "fits", p->fits,
+                     "split", p->tensor ? "tensor" : "layers", "stages", stages,
                      "tokens_per_s", p->tokens_per_s, "need_bytes", (json_int_t)p->need_bytes,
                      "have_bytes", (json_int_t)p->have_bytes, "advice", p->advice, "n_layer",
-                     ms ? ms->n_layer : 0);
+                     ms ? ms->n_layer : 0, "kv_cache_type", ms ? kv_type_name(ms->kv_type) : "?",
+                     "kv_bytes_per_token",
+                     ms ? (json_int_t)(ms->kv_bytes_per_token * (uint64_t)ms->n_layer) : 0);
 }

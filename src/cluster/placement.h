@@ -125,7 +125,8 @@ void placement_links_from_view(const json_t *view, const placement_node *nodes, 
 
 /* {"fits", "split" ("layers" or "tensor"), "stages":[{"node" (id), "index", "name", "first", "last",
  * "weight_bytes", "kv_bytes", "ms_per_token"}], "tokens_per_s",
- * "need_bytes", "have_bytes", "advice", "n_layer"}; NULL when out of memory. */
+ * "need_bytes", "have_bytes", "advice", "n_layer", "kv_cache_type" (f32, f16, q8_0),
+ * "kv_bytes_per_token" (all layers)}; NULL when out of memory. */
 json_t *placement_to_json(const placement *p, const model_sizes *ms);
 
 #endif

@@ -1,9 +1,10 @@
 /* kv_cache.h - keys and values of past positions, per layer and sequence.
  *
  * Each sequence slot owns n_ctx positions in every layer of the stage:
- * K[layer][seq][kv head][pos][head_dim] and likewise V, in f32 or f16 (as
- * llama.cpp's default cache: half the memory and, at long context, half
- * the bytes attention reads per token).  Head-major,
+ * K[layer][seq][kv head][pos][head_dim] and likewise V, in f32, f16 (the
+ * default, as llama.cpp's: half the memory and, at long context, half the
+ * bytes attention reads per token) or q8_0 (a little over half of f16;
+ * rows as tensor/kv_types.h lays them out).  Head-major,
  * so that attention, which reads one KV head over all positions, streams
  * contiguous memory (position-major, with a head's 256 bytes every 2 KiB,
  * measured ~1.5x slower at 4k positions: the stride defeats the caches).  A slot's
@@ -27,8 +28,8 @@ typedef struct {
     int n_ctx;             /* positions per slot */
     int n_head;            /* KV heads */
     int k_dim, v_dim;      /* elements per head and position: head_dim(_v) */
-    int type;              /* TT_F32 or TT_F16 (tensor/types.h) */
-    size_t esize;          /* bytes per element */
+    int type;              /* TT_F32, TT_F16 or TT_Q8_0 (tensor/kv_types.h) */
+    size_t k_row, v_row;   /* bytes of one head's row at one position */
     void *k, *v;           /* [n_layer][n_seq][n_head][n_ctx][dim] */
     int *len;              /* [n_seq] positions held */
 } kv_cache;
@@ -39,17 +40,17 @@ int  kv_cache_init(kv_cache *kv, int n_layer, int n_seq, int n_ctx, int n_head, 
                    int v_dim, int type);
 void kv_cache_free(kv_cache *kv);                /* accepts zeroed cache */
 
-/* Position 0 of one KV head of a slot; position p is k_dim (v_dim)
- * elements further on. */
+/* Position 0 of one KV head of a slot; position p is p * k_row (v_row)
+ * bytes further on. */
 static inline void *kv_k(const kv_cache *kv, int layer, int seq, int head)
 {
     return (uint8_t *)kv->k +
-           ((((size_t)layer * kv->n_seq + seq) * kv->n_head + head) * kv->n_ctx) * kv->k_dim * kv->esize;
+           ((((size_t)layer * kv->n_seq + seq) * kv->n_head + head) * kv->n_ctx) * kv->k_row;
 }
 static inline void *kv_v(const kv_cache *kv, int layer, int seq, int head)
 {
     return (uint8_t *)kv->v +
-           ((((size_t)layer * kv->n_seq + seq) * kv->n_head + head) * kv->n_ctx) * kv->v_dim * kv->esize;
+           ((((size_t)layer * kv->n_seq + seq) * kv->n_head + head) * kv->n_ctx) * kv->v_row;
 }
 
 /* Writes one position of every head: k (n_head * k_dim floats, head after

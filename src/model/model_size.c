@@ -6,6 +6,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "model/model.h"
+#include "tensor/kv_types.h"
 #include "tensor/types.h"
 
 #include <stdio.h>
@@ -79,14 +80,13 @@ int model_sizes_read(const gguf_file *f, model_sizes *out)
         return rc;
     out->n_layer = hp.n_layer;
     out->n_embd = hp.n_embd;
-    /* K rows are n_head_kv * head_dim floats, V rows n_head_kv * head_dim_v
-     * (infer/kv_cache.h); model/ cannot call up into infer/ to ask. */
-    out->kv_bytes_per_token =
-        ((uint64_t)hp.n_head_kv * (uint64_t)hp.head_dim + (uint64_t)hp.n_head_kv * (uint64_t)hp.head_dim_v) *
-        sizeof(float);
-    /* Latent attention keeps one row of latent + rope key for all heads. */
-    if (hp.kv_lora_rank > 0)
-        out->kv_bytes_per_token = (uint64_t)(hp.kv_lora_rank + hp.rope_dim) * sizeof(float);
+    /* Per position, n_head_kv K rows of head_dim and V rows of head_dim_v
+     * (infer/kv_cache.h); model/ cannot call up into infer/ to ask.  Latent
+     * attention keeps one row of latent + rope key for all heads. */
+    out->kv_heads = hp.kv_lora_rank > 0 ? 1 : hp.n_head_kv;
+    out->kv_k_dim = hp.kv_lora_rank > 0 ? hp.kv_lora_rank + hp.rope_dim : hp.head_dim;
+    out->kv_v_dim = hp.kv_lora_rank > 0 ? 0 : hp.head_dim_v;
+    model_sizes_set_kv_type(out, KV_TYPE_DEFAULT);
     out->layer_bytes = rc_calloc((size_t)hp.n_layer, sizeof *out->layer_bytes);
     out->layer_decode_bytes = rc_calloc((size_t)hp.n_layer, sizeof *out->layer_decode_bytes);
     if (!out->layer_bytes || !out->layer_decode_bytes) {
@@ -179,6 +179,16 @@ uint64_t model_sizes_stage_decode_bytes(const model_sizes *ms, int first, int la
     if (last == ms->n_layer)
         b += ms->output_bytes + (ms->tied ? ms->embd_bytes : 0);
     return b;
+}
+
+int model_sizes_set_kv_type(model_sizes *ms, int type)
+{
+    if (!kv_type_ok(type))
+        return rc_fail(RC_EINVAL, "KV cache type %d is not " KV_TYPE_NAMES, type);
+    ms->kv_type = type;
+    ms->kv_bytes_per_token = (uint64_t)ms->kv_heads * (kv_row_bytes(type, (size_t)ms->kv_k_dim) +
+                                                       kv_row_bytes(type, (size_t)ms->kv_v_dim));
+    return 0;
 }
 
 uint64_t model_sizes_kv_bytes(const model_sizes *ms, int first, int last, uint64_t tokens)

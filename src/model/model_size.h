@@ -27,7 +27,10 @@ typedef struct {
                                      when tied (the last stage then also maps embd_bytes) */
     uint64_t shared_bytes;        /* tensors every stage maps (rope_freqs.weight...) */
     bool tied;                    /* no output.weight: the embedding is the output */
-    uint64_t kv_bytes_per_token;  /* per layer: K and V rows in f32, as kv_cache stores */
+    uint64_t kv_bytes_per_token;  /* per layer: K and V rows of kv_type, as kv_cache stores */
+    int kv_type;                  /* the cache's element type (tensor/kv_types.h):
+                                     KV_TYPE_DEFAULT unless model_sizes_set_kv_type */
+    int kv_heads, kv_k_dim, kv_v_dim;   /* per layer and position: rows of K and V */
     uint64_t n_params;            /* elements of all tensors */
     uint64_t total_bytes;         /* all tensors */
     uint32_t tp_ways;             /* bit k set: the model can be cut into k tensor-parallel
@@ -50,6 +53,10 @@ typedef struct {
 int model_sizes_read(const gguf_file *f, model_sizes *out);
 
 void model_sizes_free(model_sizes *ms);            /* accepts zeroed sizes */
+
+/* Counts the KV cache in elements of `type` (TT_F32, TT_F16 or TT_Q8_0):
+ * sets kv_type and kv_bytes_per_token.  RC_EINVAL for another type. */
+int model_sizes_set_kv_type(model_sizes *ms, int type);
 
 /* Bytes a stage holding layers [first, last) maps: its blocks, the shared
  * tensors, the embedding when first == 0, the output when last == n_layer

@@ -13,9 +13,12 @@
 /* Attention of n_q query heads that share one KV head, over n_pos cached
  * positions (n_pos >= 1):
  *   out[g] = sum_p softmax_p(scale * q[g] . k_p) v_p      for g < n_q
- * q: n_q rows of D floats, consecutive; k_p = k + p * k_stride elements
- * (D of them), v_p = v + p * v_stride (Dv); the cache's elements are
- * `kv_type`, TT_F32 or TT_F16 (tensor/types.h); out: n_q rows of Dv
+ * q: n_q rows of D floats, consecutive; the cache's elements are
+ * `kv_type`, TT_F32, TT_F16 or TT_Q8_0, in rows as tensor/kv_types.h lays
+ * them out: k_p, the row of position p, starts p rows of k_stride values
+ * (p * kv_row_bytes(kv_type, k_stride) bytes) after k and its first D
+ * values are the key, likewise v_p and Dv; q8_0 is read block by block
+ * where it lies, never expanded into a copy.  out: n_q rows of Dv
  * floats.  scores: scratch of n_q * n_pos floats.  Results agree with the
  * reference to float rounding (the SIMD exponential is within 2 ulp of
  * expf). */

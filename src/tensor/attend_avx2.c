@@ -9,7 +9,12 @@
  * of each head (its weights normalised in place, as the reference does),
  * then the weighted values.  Widths that are not a
  * multiple of 8 go to the reference code.  Cache elements are f32 or f16
- * (converted by F16C as they are loaded).
+ * (converted by F16C as they are loaded) or q8_0: 8 int8 values at a time
+ * widened to floats, a key block's 32 products summed before its scale
+ * multiplies them (one multiply per block, not per value), a value block's
+ * scale folded into the position's weight.  The query stays f32 (llama.cpp
+ * rounds it to q8_0 for its integer dot products; here the cache is the only
+ * rounding).
  *
  * The exponential: 2^n * p(r), x = n ln 2 + r, |r| <= ln 2 / 2, p the
  * degree-6 polynomial of Cephes' expf (within 2 ulp of libm's over the
@@ -23,7 +28,7 @@
 #include "tensor/attend.h"
 #include "tensor/kernels_isa.h"
 #include "tensor/simd_x86.h"
-#include "tensor/types.h"
+#include "tensor/kv_types.h"
 
 /* the accumulator arrays must become registers: unroll their loops fully */
 #if defined(__clang__)
@@ -95,6 +100,66 @@ INLINE __m256 kv_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128
 DEFINE_SCORES(scores_f32, float, kv_f32)
 DEFINE_SCORES(scores_f16, uint16_t, kv_f16)
 
+/* 8 int8 values as floats; a block's scale broadcast. */
+INLINE __m256 q8_8(const int8_t *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+INLINE __m256 q8_scale(const block_q8_0 *b)
+{
+    return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(b->d)));
+}
+
+/* The sum over the first n (a multiple of 8, at most 32) values of a block
+ * of q[i] * qs[i], unscaled. */
+INLINE __m256 q8_block_dot(const float *q, const block_q8_0 *b, int n)
+{
+    if (n == QK8_0) {
+        const __m256 a = _mm256_fmadd_ps(_mm256_loadu_ps(q), q8_8(b->qs),
+                                         _mm256_mul_ps(_mm256_loadu_ps(q + 8), q8_8(b->qs + 8)));
+        const __m256 c = _mm256_fmadd_ps(_mm256_loadu_ps(q + 16), q8_8(b->qs + 16),
+                                         _mm256_mul_ps(_mm256_loadu_ps(q + 24), q8_8(b->qs + 24)));
+        return _mm256_add_ps(a, c);
+    }
+    __m256 a = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8)
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), q8_8(b->qs + i), a);
+    return a;
+}
+
+/* s[p - p0] = scale * q . k_p for p in [p0, p1), a q8_0 cache of rows of
+ * `kb` blocks. */
+static void scores_q8(const float *q, int D, float scale, const block_q8_0 *k, size_t kb, int p0,
+                      int p1, float *s)
+{
+    const __m256 sc = _mm256_set1_ps(scale);
+    int p = p0;
+    for (; p + 8 <= p1; p += 8) {
+        const block_q8_0 *kp = k + (size_t)p * kb;
+        __m256 acc[8];
+        UNROLL for (int j = 0; j < 8; j++)
+            acc[j] = _mm256_setzero_ps();
+        for (int c = 0; c < D; c += QK8_0) {
+            const int n = D - c < QK8_0 ? D - c : QK8_0;
+            UNROLL for (int j = 0; j < 8; j++) {
+                const block_q8_0 *b = kp + (size_t)j * kb + c / QK8_0;
+                acc[j] = _mm256_fmadd_ps(q8_block_dot(q + c, b, n), q8_scale(b), acc[j]);
+            }
+        }
+        _mm256_storeu_ps(s + (p - p0), _mm256_mul_ps(sum8x8(acc), sc));
+    }
+    for (; p < p1; p++) {
+        const block_q8_0 *kp = k + (size_t)p * kb;
+        __m256 acc = _mm256_setzero_ps();
+        for (int c = 0; c < D; c += QK8_0) {
+            const block_q8_0 *b = kp + c / QK8_0;
+            acc = _mm256_fmadd_ps(q8_block_dot(q + c, b, D - c < QK8_0 ? D - c : QK8_0),
+                                  q8_scale(b), acc);
+        }
+        s[p - p0] = hsum_ps(acc) * scale;
+    }
+}
+
 /* s[i] = exp(s[i] - max) for i < n; returns the sum (in double).  Weights
  * under e^-64 (1.6e-28 of the largest) are set to 0: they cannot change a
  * float sum, and kept, they would become subnormal once divided by the sum
@@ -138,8 +203,10 @@ static double exp_shift(float *s, int n)
     return total;
 }
 
-/* o[0, 8 * NC) += sum over p in [p0, p1) of w[p - p0] * v_p[c0, c0 + 8 * NC). */
-#define DEFINE_VALUES(NAME, NC, T, LOAD)                                                      \
+/* o[0, 8 * NC) += sum over p in [p0, p1) of w[p - p0] * v_p[c0, c0 + 8 * NC),
+ * v_p = v + p * vs (in T: floats, halves or q8_0 blocks); MADD(w, row, e,
+ * acc) adds w times the row's values [e, e + 8) to acc. */
+#define DEFINE_VALUES(NAME, NC, T, MADD)                                                      \
     static void NAME(const float *w, const T *v, size_t vs, int c0, int p0, int p1, float *o) \
     {                                                                                         \
         __m256 acc[NC];                                                                       \
@@ -147,24 +214,33 @@ static double exp_shift(float *s, int n)
             acc[c] = _mm256_loadu_ps(o + 8 * c);                                              \
         for (int p = p0; p < p1; p++) {                                                       \
             const __m256 wp = _mm256_broadcast_ss(w + (p - p0));                              \
-            const T *vp = v + (size_t)p * vs + c0;                                            \
+            const T *vp = v + (size_t)p * vs;                                                 \
             UNROLL for (int c = 0; c < NC; c++)                                               \
-                acc[c] = _mm256_fmadd_ps(wp, LOAD(vp + 8 * c), acc[c]);                       \
+                acc[c] = MADD(wp, vp, c0 + 8 * c, acc[c]);                                    \
         }                                                                                     \
         UNROLL for (int c = 0; c < NC; c++)                                                   \
             _mm256_storeu_ps(o + 8 * c, acc[c]);                                              \
     }
-DEFINE_VALUES(values8_f32, VCHUNK, float, kv_f32)
-DEFINE_VALUES(values1_f32, 1, float, kv_f32)
-DEFINE_VALUES(values8_f16, VCHUNK, uint16_t, kv_f16)
-DEFINE_VALUES(values1_f16, 1, uint16_t, kv_f16)
+#define MADD_F32(w, row, e, a) _mm256_fmadd_ps(w, kv_f32((row) + (e)), a)
+#define MADD_F16(w, row, e, a) _mm256_fmadd_ps(w, kv_f16((row) + (e)), a)
+/* values [e, e + 8) lie in one block (8 divides 32), whose scale joins the
+ * position's weight */
+#define MADD_Q8(w, row, e, a)                                                                 \
+    _mm256_fmadd_ps(_mm256_mul_ps(w, q8_scale((row) + (e) / QK8_0)),                          \
+                    q8_8((row)[(e) / QK8_0].qs + (e) % QK8_0), a)
+DEFINE_VALUES(values8_f32, VCHUNK, float, MADD_F32)
+DEFINE_VALUES(values1_f32, 1, float, MADD_F32)
+DEFINE_VALUES(values8_f16, VCHUNK, uint16_t, MADD_F16)
+DEFINE_VALUES(values1_f16, 1, uint16_t, MADD_F16)
+DEFINE_VALUES(values8_q8, VCHUNK, block_q8_0, MADD_Q8)
+DEFINE_VALUES(values1_q8, 1, block_q8_0, MADD_Q8)
 
 void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
                          const void *k, size_t k_stride, const void *v, size_t v_stride,
                          int n_pos, float *scores, float *out)
 {
-    const int f16 = kv_type == TT_F16;
-    if (D % 8 || Dv % 8 || (!f16 && kv_type != TT_F32)) {
+    const int f16 = kv_type == TT_F16, q8 = kv_type == TT_Q8_0;
+    if (D % 8 || Dv % 8 || !kv_type_ok(kv_type)) {
         tensor_attend_ref(q, n_q, D, Dv, scale, kv_type, k, k_stride, v, v_stride, n_pos, scores,
                           out);
         return;
@@ -173,7 +249,10 @@ void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale, in
         const int p1 = n_pos - p0 < TILE ? n_pos : p0 + TILE;
         for (int g = 0; g < n_q; g++) {
             float *sg = scores + (size_t)g * n_pos + p0;
-            if (f16)
+            if (q8)
+                scores_q8(q + (size_t)g * D, D, scale, k, kv_row_bytes(TT_Q8_0, k_stride) /
+                          sizeof(block_q8_0), p0, p1, sg);
+            else if (f16)
                 scores_f16(q + (size_t)g * D, D, scale, k, k_stride, p0, p1, sg);
             else
                 scores_f32(q + (size_t)g * D, D, scale, k, k_stride, p0, p1, sg);
@@ -195,6 +274,14 @@ void tensor__attend_avx2(const float *q, int n_q, int D, int Dv, float scale, in
             const float *w = scores + (size_t)g * n_pos + p0;
             float *o = out + (size_t)g * Dv;
             int c = 0;
+            if (q8) {
+                const size_t vb = kv_row_bytes(TT_Q8_0, v_stride) / sizeof(block_q8_0);
+                for (; c + 8 * VCHUNK <= Dv; c += 8 * VCHUNK)
+                    values8_q8(w, v, vb, c, p0, p1, o + c);
+                for (; c < Dv; c += 8)
+                    values1_q8(w, v, vb, c, p0, p1, o + c);
+                continue;
+            }
             for (; c + 8 * VCHUNK <= Dv; c += 8 * VCHUNK)
                 f16 ? values8_f16(w, v, v_stride, c, p0, p1, o + c)
                     : values8_f32(w, v, v_stride, c, p0, p1, o + c);

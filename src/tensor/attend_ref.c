@@ -1,9 +1,9 @@
 /* attend_ref.c - the reference attention and SwiGLU (attend.h): plain C,
- * the softmax summed in double, the exponential from libm, f16 cache
- * elements converted one by one. */
+ * the softmax summed in double, the exponential from libm, f16 and q8_0
+ * cache elements converted one by one. */
 #include "attend.h"
 #include "fp16.h"
-#include "types.h"
+#include "kv_types.h"
 
 #include <float.h>
 #include <math.h>
@@ -26,33 +26,36 @@ void tensor_softmax(float *x, int n)
 }
 
 /* Element i of a cache row. */
-static inline float kv_at(const void *row, int f16, int i)
+static inline float kv_at(const void *row, int type, int i)
 {
-    return f16 ? fp16_to_fp32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+    if (type == TT_Q8_0) {
+        const block_q8_0 *b = (const block_q8_0 *)row + i / QK8_0;
+        return fp16_to_fp32(b->d) * (float)b->qs[i % QK8_0];
+    }
+    return type == TT_F16 ? fp16_to_fp32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
 }
 
 void tensor_attend_ref(const float *q, int n_q, int D, int Dv, float scale, int kv_type,
                        const void *k, size_t k_stride, const void *v, size_t v_stride,
                        int n_pos, float *scores, float *out)
 {
-    const int f16 = kv_type == TT_F16;
-    const size_t esize = f16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t k_row = kv_row_bytes(kv_type, k_stride), v_row = kv_row_bytes(kv_type, v_stride);
     for (int g = 0; g < n_q; g++) {
         const float *qg = q + (size_t)g * D;
         float *s = scores + (size_t)g * n_pos, *o = out + (size_t)g * Dv;
         for (int p = 0; p < n_pos; p++) {
-            const void *kp = (const uint8_t *)k + (size_t)p * k_stride * esize;
+            const void *kp = (const uint8_t *)k + (size_t)p * k_row;
             float dot = 0.0f;
             for (int i = 0; i < D; i++)
-                dot += kv_at(kp, f16, i) * qg[i];
+                dot += kv_at(kp, kv_type, i) * qg[i];
             s[p] = dot * scale;
         }
         tensor_softmax(s, n_pos);
         memset(o, 0, (size_t)Dv * sizeof(float));
         for (int p = 0; p < n_pos; p++) {
-            const void *vp = (const uint8_t *)v + (size_t)p * v_stride * esize;
+            const void *vp = (const uint8_t *)v + (size_t)p * v_row;
             for (int i = 0; i < Dv; i++)
-                o[i] += s[p] * kv_at(vp, f16, i);
+                o[i] += s[p] * kv_at(vp, kv_type, i);
         }
     }
 }

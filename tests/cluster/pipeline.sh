@@ -10,6 +10,11 @@
 #   plan; after a stage node was lost the next request runs on the nodes left;
 #   a node asked for a model another node serves forwards the request there,
 #   and a forwarded stream whose serving node is killed ends naming it;
+#   the nodes cache in f16 (the default), which the head passes to its
+#   stages; tensor-parallel shards add their partial sums in another order
+#   than one node does, which an f16 cache's rounding can turn into a
+#   flipped near-tie, so their exactness checks run with --cache-type f32
+#   on both sides (a second reference, port 8081);
 #   the golden deepseek2 models over 2 and 3 stages and 2, 3 and 4
 #   tensor-parallel shards (experts whole per node) on nodes offering
 #   unequal memory stream one node's greedy text to the openai client;
@@ -52,9 +57,10 @@ done
 
 T=$(mktemp -d /tmp/racimo-pipeline.XXXXXX)
 source tests/cluster/netns.sh
-REF_PID=
+REF_PID= REF32_PID=
 cleanup() {
   [ -n "$REF_PID" ] && kill -9 "$REF_PID" 2>/dev/null
+  [ -n "$REF32_PID" ] && kill -9 "$REF32_PID" 2>/dev/null
   ns_cleanup
   mkdir -p "$LOGS" && cp "$T"/*.out "$T"/*.all "$LOGS"/ 2>/dev/null
   rm -rf "$T"
@@ -84,9 +90,10 @@ stop_node() {
   kill -"${2:-TERM}" "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 }
 
-# complete HOST_IP NS PROMPT N: greedy text of a completion (JSON string)
+# complete HOST_IP NS PROMPT N: greedy text of a completion (JSON string),
+# from port $PORT (default 8080)
 complete() {
-  ip netns exec "$2" curl -s --max-time 120 "http://$1:8080/v1/completions" \
+  ip netns exec "$2" curl -s --max-time 120 "http://$1:${PORT:-8080}/v1/completions" \
     -d "{\"model\":\"$MODEL\",\"prompt\":\"$3\",\"max_tokens\":$4,\"temperature\":0}" |
     jq -c '.choices[0].text // .error.message'
 }
@@ -110,6 +117,13 @@ declare -a REF
 for k in 0 1 2; do REF[$k]=$(complete 10.77.0.9 "$P-n9" "${PROMPTS[$k]}" 24); done
 if [ -n "${REF[0]}" ] && [ "${REF[0]}" != null ]; then ok "one node answers (the reference)"
 else bad "the reference node answers: ${REF[0]}"; fi
+# the same with an f32 cache, for the tensor-parallel exactness checks
+ip netns exec "$P-n9" "$BIN" serve --host 10.77.0.9 --port 8081 --no-cluster --no-access-log \
+  -t 1 --parallel 4 --ctx-size 512 --cache-type f32 --models-dir "$T/n9/models" >"$T/ref32.out" 2>&1 &
+REF32_PID=$!
+wait_for 20 grep -q "listening on" "$T/ref32.out" || { cat "$T/ref32.out"; echo "0 passed, 1 failed"; exit 1; }
+declare -a REF32
+for k in 0 1 2; do REF32[$k]=$(PORT=8081 complete 10.77.0.9 "$P-n9" "${PROMPTS[$k]}" 24); done
 
 # ---- 2, 3 and 4 stages: same greedy text as one node ----
 start_node 1 --pipeline-wire f32 || { bad "node 1 starts"; echo "$passed passed, $failed failed"; exit 1; }
@@ -213,7 +227,7 @@ wait_for 20 n_up 1 4
 # tiny has 2 key/value heads: at most 2 shards
 for wire in f32 f16; do
   stop_node 1
-  start_node 1 --pipeline-wire "$wire" --min-nodes 2 --split tensor
+  start_node 1 --pipeline-wire "$wire" --min-nodes 2 --split tensor --cache-type f32
   wait_for 20 n_up 1 4
   same=0
   pids=()
@@ -221,7 +235,7 @@ for wire in f32 f16; do
   wait "${pids[@]}"
   answered=0
   for k in 0 1 2; do
-    [ "$(cat "$T/tp$k")" = "${REF[$k]}" ] && same=$((same + 1))
+    [ "$(cat "$T/tp$k")" = "${REF32[$k]}" ] && same=$((same + 1))
     case "$(cat "$T/tp$k")" in '"'*) answered=$((answered + 1)) ;; esac
   done
   plan=$(view 1 | jq -c "[.models[] | select(.name == \"$MODEL\") | .plan | .split, (.stages | length)]")
@@ -365,13 +379,13 @@ if [ -d "$G" ] && ls "$G"/*.gguf >/dev/null 2>&1; then
   for i in 1 2 3 4 9; do cp "$G"/*.gguf "$T/n$i/models/"; done
   for w in f32 f16 tensor; do
     stop_node 1
-    if [ "$w" = tensor ]; then start_node 1 --min-nodes 2 --pipeline-wire f32 --split tensor
+    if [ "$w" = tensor ]; then start_node 1 --min-nodes 2 --pipeline-wire f32 --split tensor --cache-type f32
     else start_node 1 --min-nodes 2 --pipeline-wire $w; fi
     wait_for 20 n_up 1 3
     n=0 same=0 firsts=0 uncut=0
     for f in "$G"/*.gguf; do
       MODEL=$(basename "$f" .gguf)
-      want=$(complete 10.77.0.9 "$P-n9" "${PROMPTS[2]}" 24)
+      want=$(PORT=$([ "$w" = tensor ] && echo 8081 || echo 8080) complete 10.77.0.9 "$P-n9" "${PROMPTS[2]}" 24)
       got=$(complete 10.77.0.1 "$P-n1" "${PROMPTS[2]}" 24)
       # tensor parallel refuses models it cannot cut in two (a message naming why)
       if [ "$w" = tensor ] && [[ "$got" == *"cannot be cut"* || "$got" == *"cannot be shared"* ]]; then
@@ -460,6 +474,7 @@ limit=$(( size * 65 / 100 ))
 offer=$(( limit - 160 * 1048576 ))   # room for code, stacks, heaps and buffers
 for i in 1 2 9; do ln "$T/big.gguf" "$T/n$i/models/big.gguf"; done
 kill -9 "$REF_PID" 2>/dev/null; wait "$REF_PID" 2>/dev/null; REF_PID=
+kill -9 "$REF32_PID" 2>/dev/null; wait "$REF32_PID" 2>/dev/null; REF32_PID=
 ip netns exec "$P-n9" "$BIN" serve --host 10.77.0.9 --port 8080 --no-cluster --no-access-log \
   -t 1 --parallel 2 --ctx-size 256 --models-dir "$T/n9/models" >"$T/ref2.out" 2>&1 &
 REF_PID=$!

@@ -57,6 +57,7 @@ test('health, metrics and cluster state', async () => {
   assert.equal(tiny.state, 'loaded');
   assert.equal(tiny.ctx_size, 1024);
   assert.equal(tiny.kv_total, 4 * 1024);
+  assert.equal(tiny.cache_type, 'f16');   // the default, as llama.cpp's
 });
 
 test('a model that is not loaded loads on first use', async () => {
