@@ -26,6 +26,7 @@ extern const tensor_traits tensor__ref_q4_K;
 extern const tensor_traits tensor__ref_q5_K;
 extern const tensor_traits tensor__ref_q6_K;
 extern const tensor_traits tensor__ref_q8_K;
+extern const tensor_traits tensor__ref_q4_0_r8;   /* repack.c */
 
 /* The exact-math dot of any block format: each block of weights decoded to
  * f32 by `to_float`, products summed in f32 in element order. */

@@ -65,6 +65,7 @@ static const tensor_traits *const ref_table[TT_COUNT] = {
     [TT_Q5_K] = &tensor__ref_q5_K,
     [TT_Q6_K] = &tensor__ref_q6_K,
     [TT_Q8_K] = &tensor__ref_q8_K,
+    [TT_Q4_0_R8] = &tensor__ref_q4_0_r8,
 };
 
 const tensor_traits *tensor_type_traits_ref(int type)
