@@ -14,6 +14,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "base/rng.h"
+#include "infer/shard_group.h"
 #include "model/gguf.h"
 #include "model_util.h"
 #include "tensor/fp16.h"
@@ -270,4 +271,62 @@ TEST(repack_type_not_in_files)
     CHECK_INT(gguf_parse(buf, size, "r8.gguf", &f), ==, RC_EFORMAT);
     CHECK(strstr(rc_errmsg(), "Q4_0_R8") && strstr(rc_errmsg(), "no GGUF file holds it"));
     rc_free(buf);
+}
+
+/* Logits of a prompt of n tokens on `n_ranks` tensor-parallel shards. */
+static void run_shards(const char *path, int n_ranks, const int32_t *tok, int n, float *out,
+                       int *n_repacked)
+{
+    stage_params sp = { .n_ctx = 64, .n_seq = 1, .n_batch = n, .n_threads = 1,
+                        .precision = MATMUL_FAST };
+    shard_group *g;
+    CHECK_OK(shard_group_new(path, n_ranks, &sp, false, &g));
+    *n_repacked = 0;
+    for (int r = 0; r < n_ranks; r++) {
+        const model *m = shard_group_model(g, r);
+        *n_repacked += m->n_repacked;
+        /* the column cuts (owned copies, repacked in place) too */
+        if (m->n_repacked)
+            CHECK(m->layers[0].w_down.type == TT_Q4_0_R8 && m->layers[0].wo.type == TT_Q4_0_R8 &&
+                  m->layers[0].w_down.ne[0] < m->hp.n_ff);
+    }
+    int32_t pos[64], seq[64];
+    for (int i = 0; i < n; i++) {
+        pos[i] = i;
+        seq[i] = 0;
+    }
+    const stage_batch b = { .n_rows = n, .token = tok, .pos = pos, .seq = seq };
+    int n_out = 0;
+    CHECK_OK(shard_group_forward(g, &b, out, &n_out));
+    CHECK_INT(n_out, ==, n);
+    shard_group_free(g);
+}
+
+/* Shards repack their own cuts: row slices copied (their first row need
+ * not be a multiple of 8 in the file), column cuts rearranged in place. */
+TEST_T(repack_shards_logits_identical, 180)
+{
+    need_r8();
+    enum { N = 7 };
+    const char *path = test_make_model("tiny", TT_Q4_0, NULL);
+    int32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)((i * 53 + 5) % 200);
+    model *m;
+    CHECK_OK(model_load(path, 0, -1, &m));
+    const int V = m->hp.n_vocab;
+    model_free(m);
+    float *a = xmalloc(sizeof(float) * N * V), *b = xmalloc(sizeof(float) * N * V);
+    int na, nb;
+    setenv("RACIMO_REPACK", "0", 1);
+    run_shards(path, 2, tok, N, a, &na);
+    unsetenv("RACIMO_REPACK");
+    run_shards(path, 2, tok, N, b, &nb);
+    CHECK_INT(na, ==, 0);
+    CHECK_INT(nb, >, 0);
+    for (int i = 0; i < N * V; i++)
+        if (fp32_bits(a[i]) != fp32_bits(b[i]))
+            FAIL("logit %d of token %d is %.9g repacked, %.9g not", i % V, i / V, b[i], a[i]);
+    free(a);
+    free(b);
 }
