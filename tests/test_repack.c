@@ -7,15 +7,19 @@
  *     partial groups;
  *   - matmul of R8 weights equals matmul of the Q4_0 ones, fast and exact;
  *   - a model loaded with and without repacking gives identical logits;
- *   - no GGUF file can carry the in-memory type number.
+ *   - no GGUF file can carry the in-memory type number;
+ *   - racimo bench says what it repacked.
  */
 #include "test.h"
+
+#include <jansson.h>
 
 #include "base/err.h"
 #include "base/mem.h"
 #include "base/rng.h"
 #include "infer/shard_group.h"
 #include "model/gguf.h"
+#include "cli_util.h"
 #include "model_util.h"
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
@@ -329,4 +333,26 @@ TEST_T(repack_shards_logits_identical, 180)
             FAIL("logit %d of token %d is %.9g repacked, %.9g not", i % V, i / V, b[i], a[i]);
     free(a);
     free(b);
+}
+
+/* racimo bench says whether the weights were repacked. */
+TEST_T(repack_bench_reports, 120)
+{
+    need_r8();
+    const char *mpath = test_make_model("tiny", TT_Q4_0, NULL);
+    char cmd[16384], out[65536];
+    for (int off = 0; off < 2; off++) {
+        snprintf(cmd, sizeof cmd, "%s%s bench -m %s -p 4 -n 2 -t 1 --reps 1 --json 2>/dev/null",
+                 off ? "RACIMO_REPACK=0 " : "", test_bin(), mpath);
+        CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
+        json_t *j = json_loads(out, 0, NULL);
+        CHECK(j != NULL);
+        const long long n = json_integer_value(json_object_get(j, "repacked_matrices"));
+        CHECK(off ? n == 0 : n > 0);
+        CHECK(json_string_value(json_object_get(j, "kernels")) != NULL);
+        json_decref(j);
+    }
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 4 -n 2 -t 1 --reps 1 2>/dev/null", test_bin(), mpath);
+    CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
+    CHECK(strstr(out, "Q4_0 matrices repacked at load") != NULL);
 }
