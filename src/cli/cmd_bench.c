@@ -418,7 +418,8 @@ int cmd_bench(int argc, char **argv)
                    (double)m->repacked_bytes / 1048576.0);
         else
             printf("kernels %s; weights as in the file (%s)\n", tensor_kernels_name(),
-                   model_repack_wanted() ? "no Q4_0 matrix to repack" : "not repacked");
+                   model_repack_wanted() ? "no Q4_0 matrix to repack"
+                                         : "RACIMO_REPACK=0, or kernels without a repacked layout");
         if (p > 0)
             printf("pp%-5ld %9.2f tokens/s  (min %.2f, max %.2f, %ld reps)\n", p, pp.median, pp.min,
                    pp.max, reps);

@@ -185,9 +185,9 @@ static void row_task(void *arg, int ith, int nth)
 }
 
 /* Rows per panel: a multiple of 8 (the tile kernels pack 8 weight rows
- * together, and a Q4_0_R8 panel must start on a group of 8), at most 64 and within PANEL_CACHE_BYTES for prompts, and small
- * enough for PANELS_PER_THREAD panels per thread when the matrix has the
- * rows. */
+ * together, and a Q4_0_R8 panel must start on a group of 8), at most 64
+ * and within PANEL_CACHE_BYTES for prompts, and small enough for
+ * PANELS_PER_THREAD panels per thread when the matrix has the rows. */
 static long panel_rows(long n_out, size_t row_bytes, int n_rows, int nth)
 {
     long rows = 64;

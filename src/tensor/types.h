@@ -3,11 +3,12 @@
  * The enum values below TT_GGUF_COUNT are GGUF's (ggml's) type numbers: they
  * are read from files, so they are never renumbered, only appended; removed
  * ggml types stay as comments.  The numbers after them are in-memory layouts
- * (repacked weights) that never come from a file.  Every type racimo computes with has an entry in the traits
- * table, indexed by the enum.  The entries start as the scalar reference code
- * (quant_ref.c, quant_kref.c; the table itself in types.c), which is the
- * specification and the test oracle; faster kernels for an instruction set
- * replace the function pointers at start-up (tensor_kernels_init, kernels.c),
+ * (repacked weights) that never come from a file.  Every type racimo
+ * computes with has an entry in the traits table, indexed by the enum.  The
+ * entries start as the scalar reference code (quant_ref.c, quant_kref.c; the
+ * table itself in types.c), which is the specification and the test oracle;
+ * faster kernels for an instruction set replace the function pointers at
+ * start-up (tensor_kernels_init, kernels.c),
  * never the reference functions themselves.
  *
  * Vocabulary: a row of n elements is n / block_size blocks of block_bytes
