@@ -4,6 +4,7 @@
 #include "ref_forward.h"
 #include "base/err.h"
 #include "base/mem.h"
+#include "tensor/repack.h"
 #include "tensor/types.h"
 
 #include <math.h>
@@ -13,9 +14,8 @@
 /* y[o] = sum_i W[o,i] x[i] for W of ne = {n_in, n_out}. */
 static void matvec(const tensor *W, const double *x, double *y, float *rowbuf)
 {
-    const tensor_traits *tt = tensor_type_traits_ref(W->type);
     for (int64_t o = 0; o < W->ne[1]; o++) {
-        tt->to_float((const uint8_t *)W->data + (size_t)o * W->row_bytes, rowbuf, W->ne[0]);
+        tensor_row_to_float(W->type, W->data, W->row_bytes, o, rowbuf, W->ne[0]);
         double s = 0;
         for (int64_t i = 0; i < W->ne[0]; i++)
             s += (double)rowbuf[i] * x[i];
@@ -103,11 +103,10 @@ static void mla_attention(const model *m, const layer_weights *L, const double *
         for (int j = 0; j < H; j++) {
             /* k_nope_j[d] = sum_r Kb(d, r, j) c[r]: attn_k_b's ne0 is its output */
             tensor kb = tensor_slice2(&L->wk_b, j);
-            const tensor_traits *tt = tensor_type_traits_ref(kb.type);
             for (int d = 0; d < Dn; d++)
                 Kn[((size_t)r * H + j) * Dn + d] = 0;
             for (int rr = 0; rr < R; rr++) {
-                tt->to_float((const uint8_t *)kb.data + (size_t)rr * kb.row_bytes, rowbuf, Dn);
+                tensor_row_to_float(kb.type, kb.data, kb.row_bytes, rr, rowbuf, Dn);
                 for (int d = 0; d < Dn; d++)
                     Kn[((size_t)r * H + j) * Dn + d] += rowbuf[d] * a[rr];
             }

@@ -18,8 +18,10 @@
 #include "base/rng.h"
 #include "infer/shard_group.h"
 #include "infer/stage.h"
+#include "model/repack.h"
 #include "tensor/membw.h"
 #include "tensor/kv_types.h"
+#include "tensor/types.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,6 +282,7 @@ int cmd_bench(int argc, char **argv)
         for (uint64_t off = f->data_offset; off < f->size_bytes; off += 4096)
             sink ^= f->base[off];
         (void)sink;
+        model_repack_release(m);   /* the repacked copies are what runs */
     }
     double load_s = (double)(os_now_ns() - t0) * 1e-9;
     int ctx = (int)(depth + (p > n ? p : n) + 1);
@@ -380,12 +383,14 @@ int cmd_bench(int argc, char **argv)
                "\"load_s\": %.3f, \"peak_rss_bytes\": %.0f, \"kv_cache_bytes\": %zu, "
                "\"mem_bandwidth_bytes_per_s\": %.0f, \"weight_bytes_per_token\": %llu, "
                "\"kv_bytes_per_token\": %llu, \"kv_cache_type\": \"%s\", "
-               "\"tg_roof_tokens_per_s\": %.3f, \"tg_fraction_of_roof\": %.4f",
+               "\"tg_roof_tokens_per_s\": %.3f, \"tg_fraction_of_roof\": %.4f, "
+               "\"kernels\": \"%s\", \"repacked_matrices\": %d, \"repacked_bytes\": %llu",
                name, (unsigned long long)f->size_bytes, threads, depth, p, n, reps,
                pp.median, pp.min, pp.max, tg.median, tg.min, tg.max, load_s, rss,
                kv_cache_bytes(kv), bw, (unsigned long long)per_tok, (unsigned long long)kv_tok,
                kv_type_name(kv->type), roof,
-               roof > 0 ? tg.median / roof : 0.0);
+               roof > 0 ? tg.median / roof : 0.0, tensor_kernels_name(), m->n_repacked,
+               (unsigned long long)m->repacked_bytes);
         if (n_bd) {
             printf(", \"batch_decode\": [");
             for (int i = 0; i < n_bd; i++)
@@ -406,6 +411,14 @@ int cmd_bench(int argc, char **argv)
     } else {
         printf("model %s (%.1f MiB, %s, %d layers), %ld threads, depth %ld\n", name,
                (double)f->size_bytes / 1048576.0, m->hp.arch_name, m->hp.n_layer, threads, depth);
+        if (m->n_repacked)
+            printf("kernels %s; %d Q4_0 matrices repacked at load (%.1f MiB; RACIMO_REPACK=0 "
+                   "keeps them as in the file)\n", tensor_kernels_name(), m->n_repacked,
+                   (double)m->repacked_bytes / 1048576.0);
+        else
+            printf("kernels %s; weights as in the file (%s)\n", tensor_kernels_name(),
+                   model_repack_wanted() ? "no Q4_0 matrix to repack"
+                                         : "RACIMO_REPACK=0, or kernels without a repacked layout");
         if (p > 0)
             printf("pp%-5ld %9.2f tokens/s  (min %.2f, max %.2f, %ld reps)\n", p, pp.median, pp.min,
                    pp.max, reps);

@@ -2,6 +2,7 @@
 #include "lm.h"
 #include "base/err.h"
 #include "base/mem.h"
+#include "model/repack.h"
 #include "text/chat_template.h"
 
 #include <string.h>
@@ -90,6 +91,7 @@ void lm_prefault(const lm *l, void (*progress)(void *ctx, double done), void *ct
         }
     }
     (void)sink;
+    model_repack_release(l->m);   /* the repacked copies are what runs */
     if (progress)
         progress(ctx, 1.0);
 }

@@ -14,6 +14,7 @@ unsigned gguf__scalar_bytes(uint32_t vtype);
 enum {
     GGUF__SIZE_OK = 0,
     GGUF__SIZE_UNKNOWN_TYPE,   /* not a type number with known block layout */
+    GGUF__SIZE_MEMORY_TYPE,    /* one of racimo's in-memory layouts (>= TT_GGUF_COUNT) */
     GGUF__SIZE_BLOCK,          /* ne[0] not a multiple of the block size */
     GGUF__SIZE_OVERFLOW        /* element count or byte size overflows */
 };

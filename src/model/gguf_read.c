@@ -417,6 +417,8 @@ int gguf__tensor_bytes(uint32_t type, const int64_t ne[GGUF_MAX_DIMS], uint64_t 
 {
     if (type >= TT_COUNT)
         return GGUF__SIZE_UNKNOWN_TYPE;
+    if (type >= TT_GGUF_COUNT)
+        return GGUF__SIZE_MEMORY_TYPE;
     const tensor_traits *tt = tensor_type_traits((int)type);
     if (!tt || tt->block_size <= 0 || tt->block_bytes == 0)
         return GGUF__SIZE_UNKNOWN_TYPE;
@@ -483,6 +485,10 @@ static int parse_tensor_info(cursor *c, gguf_file *f, gguf_tensor *t, uint64_t i
         break;
     case GGUF__SIZE_UNKNOWN_TYPE:
         return fail(c, RC_EUNSUPPORTED, type_at, "unknown tensor type %u", t->type);
+    case GGUF__SIZE_MEMORY_TYPE:
+        return fail(c, RC_EFORMAT, type_at,
+                    "tensor type %u (%s) is a layout racimo makes in memory at load; "
+                    "no GGUF file holds it", t->type, tensor_type_name((int)t->type));
     case GGUF__SIZE_BLOCK:
         return fail(c, RC_EFORMAT, type_at,
                     "ne[0] = %lld is not a multiple of the block size %lld of type %s",

@@ -351,6 +351,9 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,
         break;
     case GGUF__SIZE_UNKNOWN_TYPE:
         return rc_fail(RC_EINVAL, "gguf writer: tensor '%s': unknown tensor type %u", name, type);
+    case GGUF__SIZE_MEMORY_TYPE:
+        return rc_fail(RC_EINVAL, "gguf writer: tensor '%s': type %s is an in-memory layout, "
+                       "not a GGUF type", name, tensor_type_name((int)type));
     case GGUF__SIZE_BLOCK:
         return rc_fail(RC_EINVAL,
                        "gguf writer: tensor '%s': ne[0] = %lld is not a multiple of the "

@@ -8,6 +8,7 @@
  */
 #include "model.h"
 #include "ranges.h"
+#include "repack.h"
 #include "shard.h"
 #include "base/err.h"
 #include "base/mem.h"
@@ -665,7 +666,8 @@ int model_load_file_shard(gguf_file *f, int first, int last, int rank, int n_ran
         (rc = gguf_map_tensors(f, need)))
         goto fail;
     refresh_views(m);
-    if ((rc = model_split_kv_b(m)) || (rc = model_shard_apply(m, rank, n_ranks)))
+    if ((rc = model_split_kv_b(m)) || (rc = model_shard_apply(m, rank, n_ranks)) ||
+        (rc = model_repack(m)))
         goto fail;
     rc_free(need);
     *out = m;

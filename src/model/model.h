@@ -5,9 +5,11 @@
  * its blocks, plus the token embedding when first == 0 and the output norm
  * and output matrix when last == n_layer (the token embedding doubles as the
  * output when the file has no output.weight: tied embeddings).  Weights are
- * views into the file mapping; nothing is copied.  Every tensor's presence,
+ * views into the file mapping (but see below).  Every tensor's presence,
  * shape and type is checked at load, so the forward pass never meets a
- * surprise; errors name the file and the tensor.
+ * surprise; errors name the file and the tensor.  Q4_0 matrices are then
+ * repacked into owned memory where the kernels have a layout for them
+ * (model/repack.h; RACIMO_REPACK=0 keeps the views).
  */
 #ifndef RC_MODEL_H
 #define RC_MODEL_H
@@ -138,8 +140,10 @@ typedef struct {
     layer_weights *layers;   /* [last - first] */
     uint64_t weight_bytes;   /* bytes of all bound tensors (once each; a
                                 shard's share of the sliced ones) */
-    void **owned;            /* copies of column slices (shards) */
+    void **owned;            /* copies of column slices (shards), repacked tensors */
     int n_owned;
+    int n_repacked;          /* Q4_0 matrices repacked at load (model/repack.h) */
+    uint64_t repacked_bytes;
 } model;
 
 /* Reads hyperparameters from an open file; RC_EUNSUPPORTED for an unknown

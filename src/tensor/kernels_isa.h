@@ -9,11 +9,12 @@
 
 /* x86-64 with AVX2, FMA and F16C (quant_avx2.c: float types, activation
  * quantisers, decoders); it installs the dot products of the 32-element
- * formats (quant_tile_avx2.c) and of the K-quants (quant_k_avx2.c).
+ * formats (quant_tile_avx2.c), of repacked Q4_0 (quant_q4r8_avx2.c) and of the K-quants (quant_k_avx2.c).
  * `use_vnni`: the CPU also has AVX-VNNI, whose VPDPBUSD the prompt kernels
  * then use. */
 void tensor__kernels_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
+void tensor__kernels_q4r8_avx2(tensor_traits *table, int use_vnni);   /* repacked Q4_0 */
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_klow_avx2(tensor_traits *table);   /* Q2_K, Q3_K */
 /* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx2.c): vec_dot and vec_dot_tile. */

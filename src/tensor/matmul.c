@@ -25,6 +25,7 @@
  * tile kernels with a layout of their own, n_rows prepared rows.
  */
 #include "matmul.h"
+#include "repack.h"
 #include "types.h"
 
 #include <stdatomic.h>
@@ -110,7 +111,18 @@ static void product_panel(const mm_task *t, int j, long o0, long o1, const void 
     const uint8_t *w = (const uint8_t *)W->data + ((size_t)j * (size_t)W->ne[1] + (size_t)o0) * W->row_bytes;
     const float *X = t->X + (size_t)j * t->x_step;
     float *Y = t->Y + (size_t)j * t->y_step;
-    if (t->mode == MATMUL_EXACT) {
+    if (t->mode == MATMUL_EXACT && W->type == TT_Q4_0_R8) {
+        /* each row unpacked back to its Q4_0 bytes: the same results as
+         * the weights that were never repacked */
+        _Alignas(64) uint8_t row[Q4_0_R8_MAX_ROW_BYTES];
+        const dot_f32_fn dot = tensor_type_traits(TT_Q4_0)->dot_f32;
+        for (long o = o0; o < o1; o++) {
+            tensor_q4_0_r8_unpack_row(w + (size_t)((o - o0) & ~7L) * W->row_bytes, (int)(o & 7),
+                                      row, n);
+            for (int r = 0; r < t->n_rows; r++)
+                Y[(size_t)r * t->ldy + o] = dot(row, X + (size_t)r * t->ldx, n);
+        }
+    } else if (t->mode == MATMUL_EXACT) {
         for (long o = o0; o < o1; o++, w += W->row_bytes)
             for (int r = 0; r < t->n_rows; r++)
                 Y[(size_t)r * t->ldy + o] = t->tt->dot_f32(w, X + (size_t)r * t->ldx, n);
@@ -173,9 +185,9 @@ static void row_task(void *arg, int ith, int nth)
 }
 
 /* Rows per panel: a multiple of 8 (the tile kernels pack 8 weight rows
- * together), at most 64 and within PANEL_CACHE_BYTES for prompts, and small
- * enough for PANELS_PER_THREAD panels per thread when the matrix has the
- * rows. */
+ * together, and a Q4_0_R8 panel must start on a group of 8), at most 64
+ * and within PANEL_CACHE_BYTES for prompts, and small enough for
+ * PANELS_PER_THREAD panels per thread when the matrix has the rows. */
 static long panel_rows(long n_out, size_t row_bytes, int n_rows, int nth)
 {
     long rows = 64;

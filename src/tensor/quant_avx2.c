@@ -471,6 +471,7 @@ void tensor__kernels_avx2(tensor_traits *table, int use_vnni)
     table[TT_Q8_1].from_float = q8_1_from_float;
 
     tensor__kernels_tile_avx2(table, use_vnni);
+    tensor__kernels_q4r8_avx2(table, use_vnni);   /* after the tile kernels: takes Q4_0's prep */
     tensor__kernels_k_avx2(table, use_vnni);
     tensor__kernels_klow_avx2(table);
     tensor__kernels_iq_avx2(table);

@@ -51,6 +51,8 @@ static inline float tensor__e8m0_half(uint8_t e)
     return f;
 }
 
+extern const tensor_traits tensor__ref_q4_0_r8;   /* repack.c */
+
 /* The exact-math dot of any block format: each block of weights decoded to
  * f32 by `to_float`, products summed in f32 in element order. */
 float tensor__dot_f32_blocks(to_float_fn to_float, int64_t block_size,

@@ -1,12 +1,15 @@
 /* types.h - tensor element types and their per-type function table.
  *
- * The enum values are GGUF's (ggml's) type numbers: they are read from files,
- * so they are never renumbered, only appended; removed ggml types stay as
- * comments.  Every type racimo computes with has an entry in the traits
- * table, indexed by the enum.  The entries start as the scalar reference code
- * (quant_ref.c, quant_kref.c, quant_iqref.c; the table itself in types.c), which is the
- * specification and the test oracle; faster kernels for an instruction set
- * replace the function pointers at start-up (tensor_kernels_init, kernels.c),
+ * The enum values below TT_GGUF_COUNT are GGUF's (ggml's) type numbers: they
+ * are read from files, so they are never renumbered, only appended; removed
+ * ggml types stay as comments.  The numbers after them are in-memory layouts
+ * (repacked weights) that never come from a file.  Every type racimo
+ * computes with has an entry in the traits table, indexed by the enum.  The
+ * entries start as the scalar reference code (quant_ref.c, quant_kref.c,
+ * quant_klow_ref.c, quant_iqref.c; the
+ * table itself in types.c), which is the specification and the test oracle;
+ * faster kernels for an instruction set replace the function pointers at
+ * start-up (tensor_kernels_init, kernels.c),
  * never the reference functions themselves.
  *
  * Vocabulary: a row of n elements is n / block_size blocks of block_bytes
@@ -54,7 +57,13 @@ enum tensor_type {
     TT_TQ2_0 = 35,
     /* 36..38 (IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8) were removed from ggml */
     TT_MXFP4 = 39,
-    TT_COUNT = 40
+    TT_GGUF_COUNT = 40,
+    /* From TT_GGUF_COUNT on: racimo's in-memory layouts, made at load from a
+     * file's tensors and never read from a file (the GGUF reader and writer
+     * refuse these numbers).  They may be renumbered freely, e.g. when ggml
+     * appends a type of its own. */
+    TT_Q4_0_R8 = 40,   /* Q4_0 rows interleaved by 8 (tensor/repack.h) */
+    TT_COUNT = 41
 };
 
 #define QK4_0 32

@@ -1,0 +1,110 @@
+/* repack.c - the held Q4_0 matrices into the interleaved TT_Q4_0_R8 layout
+ * (tensor/repack.h), once at load, so the matrix products of generation and
+ * batched decode read each group of 8 rows as one stream.
+ *
+ * Runs after the shard cuts, on the views the model ends up with, so the
+ * rows of a shard need not start on a multiple of 8 in the file: only the
+ * held rows per 2-D slice must be a multiple of 8.  A mapped tensor is
+ * copied into memory the model owns and its mapped pages leave the
+ * resident set (the file and its mapping are untouched: pages read again
+ * come back from the file, which the digests and weight serving read); a
+ * tensor the model already owns (a shard's column cut) is rearranged in
+ * place, a group at a time.  The token embedding is read by rows (one per
+ * token) and stays Q4_0, also when it doubles as the output.
+ */
+#include "model/repack.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/os.h"
+#include "model/shard.h"
+#include "tensor/repack.h"
+#include "tensor/types.h"
+
+/* Whether the tensor can and should be repacked. */
+static bool eligible(const model *m, const tensor *t)
+{
+    return t->data && t->type == TT_Q4_0 && t->data != m->tok_embd.data && t->n_dims >= 2 &&
+           t->ne[1] % Q4_0_R8_ROWS == 0 && t->row_bytes <= Q4_0_R8_MAX_ROW_BYTES;
+}
+
+static bool owned(const model *m, const void *p)
+{
+    for (int i = 0; i < m->n_owned; i++)
+        if (m->owned[i] == p)
+            return true;
+    return false;
+}
+
+static int repack(model *m, tensor *t, uint8_t *group)
+{
+    const int64_t rows = t->ne[1] * (t->ne[2] > 1 ? t->ne[2] : 1);
+    const size_t gbytes = Q4_0_R8_ROWS * t->row_bytes;
+    if (owned(m, t->data)) {
+        uint8_t *p = (uint8_t *)(uintptr_t)t->data;   /* the model's own copy */
+        for (int64_t r = 0; r < rows; r += Q4_0_R8_ROWS, p += gbytes) {
+            tensor_q4_0_r8_pack(p, group, t->ne[0], Q4_0_R8_ROWS);
+            memcpy(p, group, gbytes);
+        }
+    } else {
+        uint8_t *copy = model_own(m, (size_t)rows * t->row_bytes, t->name);
+        if (!copy)
+            return RC_ENOMEM;
+        tensor_q4_0_r8_pack(t->data, copy, t->ne[0], rows);
+        os_mem_drop(t->data, (size_t)rows * t->row_bytes);
+        t->data = copy;
+    }
+    t->type = TT_Q4_0_R8;
+    m->repacked_bytes += (uint64_t)rows * t->row_bytes;
+    m->n_repacked++;
+    return 0;
+}
+
+bool model_repack_wanted(void)
+{
+    const char *env = getenv("RACIMO_REPACK");
+    if (env && !strcmp(env, "0"))
+        return false;
+    if (env && *env && strcmp(env, "1"))
+        rc_log(LOG_WARN, "RACIMO_REPACK=%s: known values are \"0\" (off) and \"1\"; repacking", env);
+    return tensor_q4_0_r8_available();
+}
+
+void model_repack_release(const model *m)
+{
+    const tensor *all[] = { &m->output };
+    for (int l = -1; l < m->last - m->first; l++) {
+        const tensor *t = l < 0 ? all[0] : (const tensor *)&m->layers[l];
+        const size_t n = l < 0 ? 1 : sizeof(layer_weights) / sizeof(tensor);
+        for (size_t i = 0; i < n; i++) {
+            const gguf_tensor *g = t[i].type == TT_Q4_0_R8 && t[i].name
+                                       ? gguf_find_tensor(m->file, t[i].name) : NULL;
+            if (g && g->data)
+                os_mem_drop(g->data, g->size_bytes);
+        }
+    }
+}
+
+int model_repack(model *m)
+{
+    if (!model_repack_wanted())
+        return 0;
+    uint8_t *group = rc_malloc_aligned(64, Q4_0_R8_ROWS * Q4_0_R8_MAX_ROW_BYTES);
+    if (!group)
+        return rc_fail(RC_ENOMEM, "out of memory repacking the weights");
+    int rc = 0;
+    for (int l = 0; l < m->last - m->first && !rc; l++) {
+        tensor *t = (tensor *)&m->layers[l];
+        for (size_t i = 0; i < sizeof(layer_weights) / sizeof(tensor) && !rc; i++)
+            if (eligible(m, &t[i]))
+                rc = repack(m, &t[i], group);
+    }
+    if (!rc && eligible(m, &m->output))
+        rc = repack(m, &m->output, group);
+    rc_free_aligned(group);
+    return rc;
+}
