@@ -216,30 +216,34 @@ TEST_T(repack_model_logits_identical, 180)
 {
     need_r8();
     enum { N = 12 };
-    const char *path = test_make_model("tiny", TT_Q4_0, NULL);
-    int32_t tok[N];
-    for (int i = 0; i < N; i++)
-        tok[i] = (int32_t)((i * 37 + 11) % 200);
-    model *m;
-    CHECK_OK(model_load(path, 0, -1, &m));
-    const int V = m->hp.n_vocab;
-    model_free(m);
-    float *a = xmalloc(sizeof(float) * N * V), *b = xmalloc(sizeof(float) * N * V);
-    for (int precision = MATMUL_FAST; precision <= MATMUL_EXACT; precision++) {
-        int na, nb;
-        setenv("RACIMO_REPACK", "0", 1);
-        run_model(path, precision, tok, N, a, &na);
-        unsetenv("RACIMO_REPACK");
-        run_model(path, precision, tok, N, b, &nb);
-        CHECK_INT(na, ==, 0);
-        CHECK_INT(nb, >, 0);
-        for (int i = 0; i < N * V; i++)
-            if (fp32_bits(a[i]) != fp32_bits(b[i]))
-                FAIL("%s: logit %d of token %d is %.9g repacked, %.9g not",
-                     precision == MATMUL_EXACT ? "exact" : "fast", i % V, i / V, b[i], a[i]);
+    static const int types[] = { TT_Q4_0, TT_Q4_K };
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const char *path = test_make_model("tiny", types[k], NULL);
+        int32_t tok[N];
+        for (int i = 0; i < N; i++)
+            tok[i] = (int32_t)((i * 37 + 11) % 200);
+        model *m;
+        CHECK_OK(model_load(path, 0, -1, &m));
+        const int V = m->hp.n_vocab;
+        model_free(m);
+        float *a = xmalloc(sizeof(float) * N * V), *b = xmalloc(sizeof(float) * N * V);
+        for (int precision = MATMUL_FAST; precision <= MATMUL_EXACT; precision++) {
+            int na, nb;
+            setenv("RACIMO_REPACK", "0", 1);
+            run_model(path, precision, tok, N, a, &na);
+            unsetenv("RACIMO_REPACK");
+            run_model(path, precision, tok, N, b, &nb);
+            CHECK_INT(na, ==, 0);
+            CHECK_INT(nb, >, 0);
+            for (int i = 0; i < N * V; i++)
+                if (fp32_bits(a[i]) != fp32_bits(b[i]))
+                    FAIL("%s %s: logit %d of token %d is %.9g repacked, %.9g not",
+                         tensor_type_name(types[k]), precision == MATMUL_EXACT ? "exact" : "fast",
+                         i % V, i / V, b[i], a[i]);
+        }
+        free(a);
+        free(b);
     }
-    free(a);
-    free(b);
 }
 
 static int fill_zero(void *ctx, uint64_t index, void *dst, uint64_t size)

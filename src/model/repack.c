@@ -1,5 +1,6 @@
-/* repack.c - the held Q4_0 matrices into the interleaved TT_Q4_0_R8 layout
- * (tensor/repack.h), once at load, so the matrix products of generation and
+/* repack.c - the held Q4_0 and Q4_K matrices into the interleaved
+ * TT_Q4_0_R8 / TT_Q4_K_R8 layouts (tensor/repack.h, tensor/q4k_r8.h), once
+ * at load, so the matrix products of generation and
  * batched decode read each group of 8 rows as one stream.
  *
  * Runs after the shard cuts, on the views the model ends up with, so the
@@ -22,14 +23,34 @@
 #include "base/mem.h"
 #include "base/os.h"
 #include "model/shard.h"
+#include "tensor/q4k_r8.h"
 #include "tensor/repack.h"
 #include "tensor/types.h"
+
+/* The layout a tensor of this type is repacked into, or -1. */
+static int packed_type(int type)
+{
+    if (type == TT_Q4_0 && tensor_q4_0_r8_available())
+        return TT_Q4_0_R8;
+    if (type == TT_Q4_K && tensor_q4_k_r8_available())
+        return TT_Q4_K_R8;
+    return -1;
+}
 
 /* Whether the tensor can and should be repacked. */
 static bool eligible(const model *m, const tensor *t)
 {
-    return t->data && t->type == TT_Q4_0 && t->data != m->tok_embd.data && t->n_dims >= 2 &&
-           t->ne[1] % Q4_0_R8_ROWS == 0 && t->row_bytes <= Q4_0_R8_MAX_ROW_BYTES;
+    return t->data && packed_type(t->type) >= 0 && t->data != m->tok_embd.data &&
+           t->n_dims >= 2 && t->ne[1] % Q4_0_R8_ROWS == 0 &&
+           t->row_bytes <= Q4_0_R8_MAX_ROW_BYTES;
+}
+
+static void pack(int type, const void *src, void *dst, int64_t ne0, int64_t n_rows)
+{
+    if (type == TT_Q4_K)
+        tensor_q4_k_r8_pack(src, dst, ne0, n_rows);
+    else
+        tensor_q4_0_r8_pack(src, dst, ne0, n_rows);
 }
 
 static bool owned(const model *m, const void *p)
@@ -47,18 +68,18 @@ static int repack(model *m, tensor *t, uint8_t *group)
     if (owned(m, t->data)) {
         uint8_t *p = (uint8_t *)(uintptr_t)t->data;   /* the model's own copy */
         for (int64_t r = 0; r < rows; r += Q4_0_R8_ROWS, p += gbytes) {
-            tensor_q4_0_r8_pack(p, group, t->ne[0], Q4_0_R8_ROWS);
+            pack(t->type, p, group, t->ne[0], Q4_0_R8_ROWS);
             memcpy(p, group, gbytes);
         }
     } else {
         uint8_t *copy = model_own(m, (size_t)rows * t->row_bytes, t->name);
         if (!copy)
             return RC_ENOMEM;
-        tensor_q4_0_r8_pack(t->data, copy, t->ne[0], rows);
+        pack(t->type, t->data, copy, t->ne[0], rows);
         os_mem_drop(t->data, (size_t)rows * t->row_bytes);
         t->data = copy;
     }
-    t->type = TT_Q4_0_R8;
+    t->type = packed_type(t->type);
     m->repacked_bytes += (uint64_t)rows * t->row_bytes;
     m->n_repacked++;
     return 0;
@@ -71,7 +92,7 @@ bool model_repack_wanted(void)
         return false;
     if (env && *env && strcmp(env, "1"))
         rc_log(LOG_WARN, "RACIMO_REPACK=%s: known values are \"0\" (off) and \"1\"; repacking", env);
-    return tensor_q4_0_r8_available();
+    return tensor_q4_0_r8_available() || tensor_q4_k_r8_available();
 }
 
 void model_repack_release(const model *m)
@@ -81,7 +102,7 @@ void model_repack_release(const model *m)
         const tensor *t = l < 0 ? all[0] : (const tensor *)&m->layers[l];
         const size_t n = l < 0 ? 1 : sizeof(layer_weights) / sizeof(tensor);
         for (size_t i = 0; i < n; i++) {
-            const gguf_tensor *g = t[i].type == TT_Q4_0_R8 && t[i].name
+            const gguf_tensor *g = t[i].type >= TT_GGUF_COUNT && t[i].name
                                        ? gguf_find_tensor(m->file, t[i].name) : NULL;
             if (g && g->data)
                 os_mem_drop(g->data, g->size_bytes);

@@ -66,6 +66,7 @@ static const tensor_traits *const ref_table[TT_COUNT] = {
     [TT_IQ4_XS] = &tensor__ref_iq4_xs,
     [TT_MXFP4]  = &tensor__ref_mxfp4,
     [TT_Q4_0_R8] = &tensor__ref_q4_0_r8,
+    [TT_Q4_K_R8] = &tensor__ref_q4_k_r8,
 };
 
 const tensor_traits *tensor_type_traits_ref(int type)

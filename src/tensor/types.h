@@ -63,7 +63,8 @@ enum tensor_type {
      * refuse these numbers).  They may be renumbered freely, e.g. when ggml
      * appends a type of its own. */
     TT_Q4_0_R8 = 40,   /* Q4_0 rows interleaved by 8 (tensor/repack.h) */
-    TT_COUNT = 41
+    TT_Q4_K_R8 = 41,   /* Q4_K rows interleaved by 8 (tensor/q4k_r8.h) */
+    TT_COUNT = 42
 };
 
 #define QK4_0 32
