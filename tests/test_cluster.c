@@ -1172,13 +1172,15 @@ static int fake_accept(fake *f, int lfd, const uint8_t key[32], const wire_ident
 {
     uint8_t hello[WIRE_HELLO_BYTES], peer[WIRE_HELLO_BYTES], auth[WIRE_AUTH_BYTES];
     struct pollfd pf = { .fd = lfd, .events = POLLIN };
-    if (poll(&pf, 1, 5000) <= 0 || (f->fd = accept(lfd, NULL, NULL)) < 0)
+    /* bounds on waiting for the node's dial, not timings: generous for a
+     * loaded machine and a sanitizer build */
+    if (poll(&pf, 1, 20000) <= 0 || (f->fd = accept(lfd, NULL, NULL)) < 0)
         return -1;
     wire_session_init(&f->ws, key, id, WIRE_LISTENER, WIRE_PROTO_MAJOR, WIRE_PROTO_MINOR, hello);
     if (send(f->fd, hello, sizeof hello, MSG_NOSIGNAL) != (long)sizeof hello ||
-        recv_all(f->fd, peer, sizeof peer, 3000) || wire_on_hello(&f->ws, peer, auth) ||
+        recv_all(f->fd, peer, sizeof peer, 10000) || wire_on_hello(&f->ws, peer, auth) ||
         send(f->fd, auth, sizeof auth, MSG_NOSIGNAL) != (long)sizeof auth ||
-        recv_all(f->fd, auth, sizeof auth, 3000))
+        recv_all(f->fd, auth, sizeof auth, 10000))
         return -1;
     return wire_on_auth(&f->ws, auth);
 }
