@@ -464,7 +464,9 @@ void registry_retry_lost(api_registry *r)
     if (!r->cfg.cluster)
         return;
     uint64_t ups = cluster_came_up(r->cfg.cluster), now = os_now_ns();
-    /* a bounded batch per tick: any others are taken on the next (0.1 s) */
+    /* a bounded batch per tick: an instance taken now waits RETRY_EVERY_NS
+     * before its next attempt, so the next tick (0.1 s) skips it and its
+     * batch reaches the instances after it */
     api_model *todo[64];
     int n = 0;
     pthread_mutex_lock(&r->mu);

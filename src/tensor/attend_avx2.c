@@ -31,6 +31,7 @@
 #include "tensor/kv_types.h"
 
 /* the accumulator arrays must become registers: unroll their loops fully */
+#undef UNROLL    /* this file's register loops unroll deeper than simd_x86.h's */
 #if defined(__clang__)
 #define UNROLL _Pragma("clang loop unroll(full)")
 #else

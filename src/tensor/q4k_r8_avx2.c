@@ -26,9 +26,6 @@
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
-#define UNROLL _Pragma("clang loop unroll(full)")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
 #endif
 
 enum { R8_J = 4 };   /* activation rows per pass over a group's weights */

@@ -32,13 +32,6 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* Loops over registers (constant trip counts after inlining) unrolled in
- * full. */
-#if defined(__clang__)
-#define UNROLL _Pragma("clang loop unroll(full)")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
-#endif
 /* ---- helpers ------------------------------------------------------------ */
 
 INLINE float hmax_ps(__m256 v)

@@ -40,6 +40,7 @@
 #include "tensor/quant_ref.h"
 #include "tensor/simd_x86.h"
 
+#undef UNROLL    /* this file's register loops unroll deeper than simd_x86.h's */
 #if defined(__clang__)
 #define UNROLL _Pragma("clang loop unroll(full)")
 #else

@@ -31,9 +31,6 @@
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
-#define UNROLL _Pragma("clang loop unroll(full)")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
 #endif
 
 enum { F_IQ4_NL, F_MXFP4, F_IQ4_XS };

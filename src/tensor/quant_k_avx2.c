@@ -30,15 +30,6 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* Loops over registers (constant trip counts after inlining) unrolled in
- * full; loops kept rolled where unrolling only spills. */
-#if defined(__clang__)
-#define UNROLL _Pragma("clang loop unroll(full)")
-#define NO_UNROLL _Pragma("clang loop unroll(disable)")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
-#define NO_UNROLL _Pragma("GCC unroll 1")
-#endif
 /* ---- helpers ------------------------------------------------------------ */
 
 /* The 8 six-bit scales (sc) and minimums (m) of a Q4_K/Q5_K block, as

@@ -39,9 +39,6 @@
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
-#define UNROLL _Pragma("clang loop unroll(full)")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
 #endif
 
 enum { KL_Q2, KL_Q3 };

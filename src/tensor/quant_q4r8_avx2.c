@@ -25,11 +25,6 @@
 #include "tensor/repack.h"
 #include "tensor/simd_x86.h"
 
-#if defined(__clang__)
-#define UNROLL _Pragma("clang loop unroll(full)")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
-#endif
 #define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 /* The prepared activation block of Q4_0's AVX2 kernels. */

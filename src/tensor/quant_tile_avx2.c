@@ -43,15 +43,6 @@
 #include "tensor/quant_ref.h"
 #include "tensor/simd_x86.h"
 
-/* Loops over registers (constant trip counts after inlining) unrolled in
- * full; loops kept rolled where unrolling only spills. */
-#if defined(__clang__)
-#define UNROLL _Pragma("clang loop unroll(full)")
-#define NO_UNROLL _Pragma("clang loop unroll(disable)")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
-#define NO_UNROLL _Pragma("GCC unroll 1")
-#endif
 #define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 enum { W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1 };

@@ -13,6 +13,17 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
+/* Loops over registers (constant trip counts after inlining) unrolled in
+ * full; loops kept rolled where unrolling only spills.  A file that wants
+ * another depth undefines UNROLL and says so. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#define NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
+#define UNROLL _Pragma("GCC unroll 8")
+#define NO_UNROLL _Pragma("GCC unroll 1")
+#endif
+
 INLINE float h2f(fp16_t h) { return _cvtsh_ss(h); }
 
 /* The sum of 8 floats, always in this order (the golden tests lean on
