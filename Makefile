@@ -179,15 +179,17 @@ FORCE:
 fuzz: $(FUZZ_BIN)
 	@scripts/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
 
-# test-e2e: the real binary on real sockets, driven by the official openai and
-# ollama npm packages and curl (tests/e2e, node's built-in test runner).  The
-# packages install from tests/e2e/package-lock.json on first use.
+# test-e2e: the real binary on real sockets, driven by the official openai,
+# ollama and @anthropic-ai/sdk npm packages and curl (tests/e2e, node's
+# built-in test runner).  The packages install from
+# tests/e2e/package-lock.json on first use.
 # RACIMO_LOAD_SECONDS=60 lengthens the load test (default 15 s).
 test-e2e: build/rel/racimo
-	@cd tests/e2e && { [ -d node_modules/openai ] && [ -d node_modules/ollama ] || \
+	@cd tests/e2e && { [ -d node_modules/openai ] && [ -d node_modules/ollama ] && \
+	  [ -d node_modules/@anthropic-ai/sdk ] || \
 	  npm ci --no-audit --no-fund --loglevel=error; } && \
 	  RACIMO_BIN=$(CURDIR)/build/rel/racimo node --test --test-reporter=tap \
-	  openai.test.mjs ollama.test.mjs protocol.test.mjs load.test.mjs
+	  openai.test.mjs ollama.test.mjs anthropic.test.mjs protocol.test.mjs load.test.mjs
 
 # test-cluster: real nodes in network namespaces on a bridge (needs root):
 # discovery, refusals, avahi-browse, a rogue mDNS responder, SIGKILL and a

@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    int kind = data[0] % 4;
+    int kind = data[0] % API_N_KINDS;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
     api_request r;
@@ -31,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (api_request_parse(kind, body, len, &r, &e) == 0) {
         if (!r.model || !r.model[0])
             abort();
-        if ((kind == API_OPENAI_CHAT || kind == API_OLLAMA_CHAT) && !json_array_size(r.messages))
+        if (kind != API_OPENAI_COMPLETION && kind != API_OLLAMA_GENERATE &&
+            !json_array_size(r.messages))
             abort();
         if (r.n_stops < 0 || r.n_stops > API_MAX_STOPS || r.top_logprobs < 0 ||
             r.top_logprobs > API_MAX_TOP_LOGPROBS || r.max_tokens < 0 || r.n_bias != r.sampling.n_bias)

@@ -457,6 +457,323 @@ TEST(api_server_thinking_unsupported)
     stop(&f);
 }
 
+/* ---- Anthropic Messages ---- */
+
+#define AMSG(extra) "{\"model\":\"tiny-Q8_0\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," extra "}"
+
+/* The error's Anthropic type, checked for the shape {type: error, error: {type, message}}. */
+static const char *anthropic_error_type(const char *resp)
+{
+    static char type[64];
+    json_t *o = body_json(resp);
+    CHECK_STR(str_at(o, "type", NULL), "error");
+    CHECK(str_at(o, "error", "message") && str_at(o, "error", "message")[0]);
+    snprintf(type, sizeof type, "%s", str_at(o, "error", "type"));
+    json_decref(o);
+    return type;
+}
+
+/* The events of an Anthropic stream as [{"event": NAME, "data": {...}}]:
+ * each data line must follow its own event line and name the same type. */
+static json_t *anthropic_events(const char *resp)
+{
+    json_t *all = json_array();
+    const char *p = strstr(resp, "\r\n\r\n");
+    CHECK(p);
+    while ((p = strstr(p, "event: "))) {
+        p += 7;
+        const char *nl = strchr(p, '\n');
+        CHECK(nl && !strncmp(nl + 1, "data: {", 7));
+        json_error_t je;
+        json_t *d = json_loads(nl + 7, JSON_DISABLE_EOF_CHECK, &je);
+        if (!d)
+            FAIL("bad event (%s) at: %.200s", je.text, nl + 7);
+        CHECK(str_at(d, "type", NULL) && !strncmp(str_at(d, "type", NULL), p, (size_t)(nl - p)));
+        json_array_append_new(all, json_pack("{s:s%, s:o}", "event", p, (size_t)(nl - p), "data", d));
+    }
+    return all;
+}
+
+/* /v1/messages answers what /v1/chat/completions answers for the same
+ * conversation (greedy: the same text and token counts), in Anthropic's
+ * shapes; keys by x-api-key or Bearer; errors in Anthropic's form. */
+TEST(api_server_anthropic)
+{
+    static const char *const keys[] = { "k1" };
+    fixture f;
+    start(&f, keys, 1, 2, 4);
+    static char buf[1 << 16];
+    const char *key = "x-api-key: k1\r\n";
+    wait_ready(&f);
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", "Authorization: Bearer k1\r\n",
+                      CHAT(",\"max_tokens\":6,\"temperature\":0"), buf, sizeof buf), ==, 200);
+    json_t *o = body_json(buf);
+    char *greedy = strdup(str_at(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message"), "content", NULL));
+    json_int_t n_prompt = json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens"));
+    json_decref(o);
+    CHECK(greedy[0]);
+    /* whole */
+    CHECK_INT(request(&f, "POST", "/v1/messages", "x-api-key: k1\r\nanthropic-version: 2023-06-01\r\n",
+                      AMSG("\"max_tokens\":6,\"temperature\":0,\"metadata\":{\"user_id\":\"u\"}"), buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK(!strncmp(str_at(o, "id", NULL), "msg_", 4));
+    CHECK_STR(str_at(o, "type", NULL), "message");
+    CHECK_STR(str_at(o, "role", NULL), "assistant");
+    CHECK_STR(str_at(o, "model", NULL), "tiny-Q8_0");
+    CHECK_STR(str_at(o, "stop_reason", NULL), "max_tokens");
+    CHECK(json_is_null(json_object_get(o, "stop_sequence")));
+    json_t *content = json_object_get(o, "content");
+    CHECK_INT(json_array_size(content), ==, 1);
+    CHECK_STR(str_at(json_array_get(content, 0), "type", NULL), "text");
+    CHECK_STR(str_at(json_array_get(content, 0), "text", NULL), greedy);
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "usage"), "input_tokens")), ==, n_prompt);
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "usage"), "output_tokens")), ==, 6);
+    json_decref(o);
+    /* streamed: the event sequence, the same text */
+    CHECK_INT(request(&f, "POST", "/v1/messages", "Authorization: Bearer k1\r\n",
+                      AMSG("\"max_tokens\":6,\"temperature\":0,\"stream\":true"), buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "text/event-stream"));
+    json_t *ev = anthropic_events(buf);
+    size_t n = json_array_size(ev), i;
+    json_t *e;
+    CHECK_INT(n, >=, 7);
+    static const char *const head[] = { "message_start", "ping", "content_block_start" };
+    for (int k = 0; k < 3; k++)
+        CHECK_STR(str_at(json_array_get(ev, (size_t)k), "event", NULL), head[k]);
+    CHECK_STR(str_at(json_array_get(ev, n - 3), "event", NULL), "content_block_stop");
+    CHECK_STR(str_at(json_array_get(ev, n - 2), "event", NULL), "message_delta");
+    CHECK_STR(str_at(json_array_get(ev, n - 1), "event", NULL), "message_stop");
+    json_t *start_msg = json_object_get(json_object_get(json_array_get(ev, 0), "data"), "message");
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(start_msg, "usage"), "input_tokens")), ==, n_prompt);
+    CHECK_INT(json_array_size(json_object_get(start_msg, "content")), ==, 0);
+    json_t *md = json_object_get(json_array_get(ev, n - 2), "data");
+    CHECK_STR(str_at(md, "delta", "stop_reason"), "max_tokens");
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(md, "usage"), "output_tokens")), ==, 6);
+    strbuf text = { 0 };
+    json_array_foreach(ev, i, e) {
+        json_t *d = json_object_get(e, "data");
+        if (!strcmp(str_at(e, "event", NULL), "content_block_delta")) {
+            CHECK_INT(json_integer_value(json_object_get(d, "index")), ==, 0);
+            CHECK_STR(str_at(d, "delta", "type"), "text_delta");
+            sb_puts(&text, str_at(d, "delta", "text"));
+        }
+    }
+    CHECK_STR(sb_cstr(&text), greedy);
+    json_decref(ev);
+    /* a stop sequence: the text before it, and which one */
+    char body[512];
+    snprintf(body, sizeof body, AMSG("\"max_tokens\":6,\"temperature\":0,\"stop_sequences\":[\"\\u00ff\",\"%c\"]"),
+             greedy[1]);
+    char *before = strndup(greedy, (size_t)(strchr(greedy, greedy[1]) - greedy));
+    CHECK(greedy[1] > ' ' && greedy[1] < 127 && greedy[1] != '"' && greedy[1] != '\\');
+    CHECK_INT(request(&f, "POST", "/v1/messages", key, body, buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK_STR(str_at(o, "stop_reason", NULL), "stop_sequence");
+    CHECK_INT(str_at(o, "stop_sequence", NULL)[0], ==, greedy[1]);
+    CHECK_STR(str_at(json_array_get(json_object_get(o, "content"), 0), "text", NULL), before);
+    json_decref(o);
+    /* count_tokens: the prompt of the same conversation; system text counts */
+    CHECK_INT(request(&f, "POST", "/v1/messages/count_tokens", key, AMSG("\"max_tokens\":1"), buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK_INT(json_integer_value(json_object_get(o, "input_tokens")), ==, n_prompt);
+    json_decref(o);
+    CHECK_INT(request(&f, "POST", "/v1/messages/count_tokens", key,
+                      AMSG("\"system\":[{\"type\":\"text\",\"text\":\"be brief\",\"cache_control\":{\"type\":\"ephemeral\"}}]"),
+                      buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK_INT(json_integer_value(json_object_get(o, "input_tokens")), >, n_prompt);
+    json_decref(o);
+    /* errors */
+    CHECK_INT(request(&f, "POST", "/v1/messages", "x-api-key: nope\r\n", AMSG("\"max_tokens\":2"), buf, sizeof buf), ==, 401);
+    CHECK_STR(anthropic_error_type(buf), "authentication_error");
+    CHECK_INT(request(&f, "POST", "/v1/messages", NULL, AMSG("\"max_tokens\":2"), buf, sizeof buf), ==, 401);
+    CHECK_STR(anthropic_error_type(buf), "authentication_error");
+    CHECK_INT(request(&f, "POST", "/v1/messages", key, AMSG("\"temperature\":0"), buf, sizeof buf), ==, 400);
+    CHECK_STR(anthropic_error_type(buf), "invalid_request_error");
+    CHECK(strstr(buf, "max_tokens"));
+    CHECK_INT(request(&f, "POST", "/v1/messages", key,
+                      "{\"model\":\"tiny-Q8_0\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":"
+                      "[{\"type\":\"image\",\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"\"}}]}]}",
+                      buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "image blocks are not supported"));
+    CHECK_INT(request(&f, "POST", "/v1/messages", key, AMSG("\"max_tokens\":2,\"temperature\":1.5"), buf, sizeof buf), ==, 400);
+    CHECK_INT(request(&f, "POST", "/v1/messages", key, AMSG("\"max_tokens\":2,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}"),
+                      buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "does not support thinking"));
+    CHECK_INT(request(&f, "POST", "/v1/messages", key, AMSG("\"max_tokens\":2,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}]"),
+                      buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "web_search_20250305"));
+    CHECK_INT(request(&f, "POST", "/v1/messages", key, AMSG("\"max_tokens\":2,\"tool_choice\":{\"type\":\"any\"}"),
+                      buf, sizeof buf), ==, 400);
+    CHECK_INT(request(&f, "POST", "/v1/messages", key,
+                      "{\"model\":\"nope\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", buf, sizeof buf), ==, 404);
+    CHECK_STR(anthropic_error_type(buf), "not_found_error");
+    CHECK_INT(request(&f, "GET", "/v1/messages", key, NULL, buf, sizeof buf), ==, 405);
+    CHECK_STR(anthropic_error_type(buf), "invalid_request_error");
+    CHECK_INT(request(&f, "POST", "/v1/messages", key, "{\"model\":", buf, sizeof buf), ==, 400);
+    CHECK_STR(anthropic_error_type(buf), "invalid_request_error");
+    free(before);
+    free(greedy);
+    sb_free(&text);
+    stop(&f);
+}
+
+/* A template with tools (Hermes style) renders Anthropic's tools, tool_use
+ * and tool_result blocks as the OpenAI conversation that means the same:
+ * the same prompt tokens. */
+static const char tools_template[] =
+    "{%- if tools %}<tools>{%- for t in tools %}{{ t.function.name }}{{ t.function.parameters | tojson }}{% endfor %}</tools>{%- endif %}"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}"
+    "{% if m.content %}{{ m.content }}{% endif %}"
+    "{%- if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function.name }}{{ c.function.arguments | tojson }}</tool_call>{% endfor %}{% endif %}"
+    "{%- if m.tool_call_id %}[{{ m.tool_call_id }}]{% endif %}<|im_end|>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+TEST(api_server_anthropic_tools)
+{
+    fixture f;
+    start_template(&f, NULL, 0, 1, 4, write_template(tools_template));
+    static char buf[1 << 16];
+    wait_ready(&f);
+#define WEATHER "{\"name\":\"wx\",\"description\":\"W\",\"%s\":{\"type\":\"object\"}}"
+    char tool[256], otool[300], abody[2048], obody[2048];
+    snprintf(tool, sizeof tool, WEATHER, "input_schema");
+    snprintf(otool, sizeof otool, "{\"type\":\"function\",\"function\":" WEATHER "}", "parameters");
+    snprintf(abody, sizeof abody,
+             "{\"model\":\"tiny-Q8_0\",\"max_tokens\":3,\"temperature\":0,\"system\":\"sys\",\"tools\":[%s],"
+             "\"tool_choice\":{\"type\":\"auto\"},\"messages\":["
+             "{\"role\":\"user\",\"content\":\"w?\"},"
+             "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"ask\",\"signature\":\"s\"},"
+             "{\"type\":\"text\",\"text\":\"ok\"},"
+             "{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"wx\",\"input\":{\"city\":\"P\"}}]},"
+             "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\","
+             "\"content\":[{\"type\":\"text\",\"text\":\"21\"}]},{\"type\":\"text\",\"text\":\"t\"}]}]}", tool);
+    snprintf(obody, sizeof obody,
+             "{\"model\":\"tiny-Q8_0\",\"max_tokens\":3,\"temperature\":0,\"tools\":[%s],\"messages\":["
+             "{\"role\":\"system\",\"content\":\"sys\"},"
+             "{\"role\":\"user\",\"content\":\"w?\"},"
+             "{\"role\":\"assistant\",\"content\":\"ok\",\"reasoning_content\":\"ask\",\"tool_calls\":[{\"id\":\"toolu_1\","
+             "\"type\":\"function\",\"function\":{\"name\":\"wx\",\"arguments\":\"{\\\"city\\\":\\\"P\\\"}\"}}]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"toolu_1\",\"content\":\"21\"},"
+             "{\"role\":\"user\",\"content\":\"t\"}]}", otool);
+    if (request(&f, "POST", "/v1/chat/completions", NULL, obody, buf, sizeof buf) != 200)
+        FAIL("%s", buf);
+    json_t *o = body_json(buf);
+    json_int_t n_openai = json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens"));
+    char *answer = strdup(str_at(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message"), "content", NULL));
+    json_decref(o);
+    CHECK_INT(request(&f, "POST", "/v1/messages", NULL, abody, buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "usage"), "input_tokens")), ==, n_openai);
+    CHECK_STR(str_at(json_array_get(json_object_get(o, "content"), 0), "text", NULL), answer);
+    json_decref(o);
+    CHECK_INT(request(&f, "POST", "/v1/messages/count_tokens", NULL, abody, buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK_INT(json_integer_value(json_object_get(o, "input_tokens")), ==, n_openai);
+    json_decref(o);
+    /* tool_choice none: the tools are not rendered */
+    char *none = strstr(abody, "\"auto\"");
+    memcpy(none, "\"none\"", 6);
+    CHECK_INT(request(&f, "POST", "/v1/messages/count_tokens", NULL, abody, buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK_INT(json_integer_value(json_object_get(o, "input_tokens")), <, n_openai);
+    json_decref(o);
+    /* blocks in the wrong turn, a tool_choice naming no tool */
+    CHECK_INT(request(&f, "POST", "/v1/messages", NULL,
+                      "{\"model\":\"tiny-Q8_0\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":"
+                      "[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"b\",\"input\":{}}]}]}", buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "tool_use blocks belong in assistant messages"));
+    snprintf(abody, sizeof abody, "{\"model\":\"tiny-Q8_0\",\"max_tokens\":2,\"tools\":[%s],\"tool_choice\":"
+             "{\"type\":\"tool\",\"name\":\"other\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", tool);
+    CHECK_INT(request(&f, "POST", "/v1/messages", NULL, abody, buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "not in 'tools'"));
+    free(answer);
+    stop(&f);
+}
+
+/* Anthropic's thinking and OpenAI's reasoning_effort switch the template's
+ * thinking; the answer's thinking is a thinking block, never text. */
+TEST(api_server_anthropic_thinking)
+{
+    fixture f;
+    start_template(&f, NULL, 0, 2, 4, write_template(thinking_template));
+    static char buf[1 << 16];
+    wait_ready(&f);
+    /* not given: the template's default (the block is open), all thinking */
+    CHECK_INT(request(&f, "POST", "/v1/messages", NULL, AMSG("\"max_tokens\":4,\"temperature\":0"), buf, sizeof buf), ==, 200);
+    json_t *o = body_json(buf);
+    json_t *content = json_object_get(o, "content");
+    CHECK_INT(json_array_size(content), ==, 2);
+    CHECK_STR(str_at(json_array_get(content, 0), "type", NULL), "thinking");
+    const char *thought = str_at(json_array_get(content, 0), "thinking", NULL);
+    CHECK(thought && thought[0]);
+    char *whole = strdup(thought);
+    CHECK_STR(str_at(json_array_get(content, 0), "signature", NULL), "");
+    CHECK_STR(str_at(json_array_get(content, 1), "type", NULL), "text");
+    CHECK_STR(str_at(json_array_get(content, 1), "text", NULL), "");
+    json_int_t prompt_on = json_integer_value(json_object_get(json_object_get(o, "usage"), "input_tokens"));
+    json_decref(o);
+    /* streamed with thinking enabled: thinking_delta events, then an empty text block */
+    CHECK_INT(request(&f, "POST", "/v1/messages", NULL,
+                      AMSG("\"max_tokens\":4,\"temperature\":0,\"stream\":true,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}"),
+                      buf, sizeof buf), ==, 200);
+    json_t *ev = anthropic_events(buf);
+    strbuf th = { 0 };
+    size_t i;
+    json_t *e;
+    int starts = 0;
+    json_array_foreach(ev, i, e) {
+        json_t *d = json_object_get(e, "data");
+        if (!strcmp(str_at(e, "event", NULL), "content_block_start")) {
+            CHECK_INT(json_integer_value(json_object_get(d, "index")), ==, starts);
+            CHECK_STR(str_at(d, "content_block", "type"), starts ? "text" : "thinking");
+            starts++;
+        }
+        if (!strcmp(str_at(e, "event", NULL), "content_block_delta")) {
+            CHECK_STR(str_at(d, "delta", "type"), "thinking_delta");
+            sb_puts(&th, str_at(d, "delta", "thinking"));
+        }
+    }
+    CHECK_INT(starts, ==, 2);
+    CHECK_STR(sb_cstr(&th), whole);
+    json_decref(ev);
+    /* disabled: the template's switch closes the block; an earlier turn's
+     * thinking block goes back to the template */
+    CHECK_INT(request(&f, "POST", "/v1/messages", NULL,
+                      AMSG("\"max_tokens\":4,\"temperature\":0,\"thinking\":{\"type\":\"disabled\"}"), buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    content = json_object_get(o, "content");
+    CHECK_INT(json_array_size(content), ==, 1);
+    CHECK_STR(str_at(json_array_get(content, 0), "type", NULL), "text");
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "usage"), "input_tokens")), >, prompt_on);
+    json_decref(o);
+    /* OpenAI's reasoning_effort: none switches it off, high on */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL,
+                      CHAT(",\"max_tokens\":4,\"temperature\":0,\"reasoning_effort\":\"none\""), buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
+    CHECK(!json_object_get(msg, "reasoning_content"));
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens")), >, prompt_on);
+    json_decref(o);
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL,
+                      CHAT(",\"max_tokens\":4,\"temperature\":0,\"reasoning_effort\":\"high\""), buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
+    CHECK_STR(str_at(msg, "reasoning_content", NULL), whole);
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens")), ==, prompt_on);
+    json_decref(o);
+    /* chat_template_kwargs win over reasoning_effort */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL,
+                      CHAT(",\"max_tokens\":4,\"temperature\":0,\"reasoning_effort\":\"high\","
+                           "\"chat_template_kwargs\":{\"enable_thinking\":false}"), buf, sizeof buf), ==, 200);
+    CHECK(!strstr(buf, "reasoning_content"));
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL, CHAT(",\"reasoning_effort\":\"max\""), buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "reasoning_effort"));
+    free(whole);
+    sb_free(&th);
+    stop(&f);
+}
+
 /* ---- HTTPS ---- */
 
 /* curl against the fixture over HTTPS (trusting `ca`, NULL: the system's

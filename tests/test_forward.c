@@ -358,6 +358,27 @@ TEST_T(forward_requests_between_nodes, 180)
     CHECK(strstr(buf, "application/x-ndjson"));
     CHECK(strstr(body_of(buf), "\"done\":true"));
 
+    /* Anthropic's Messages the same way: the same tokens, x-api-key proved
+     * like a Bearer key, the refusal and the stream in Anthropic's shapes */
+#define AMSG(extra) "{\"model\":\"fw\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," \
+                    "\"temperature\":0" extra "}"
+    CHECK_INT(http_request(port(&b), "POST", "/v1/messages", "x-api-key: kc\r\n",
+                           AMSG(",\"max_tokens\":6"), buf, sizeof buf), ==, 200);
+    v = json_loads(body_of(buf), 0, NULL);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(v, "content"), 0),
+                                                "text")), want);
+    json_decref(v);
+    CHECK_INT(http_request(port(&b), "POST", "/v1/messages", "x-api-key: kb\r\n",
+                           AMSG(",\"max_tokens\":2"), buf, sizeof buf), ==, 401);
+    CHECK(strstr(body_of(buf), "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\"") &&
+          strstr(buf, "node fa"));
+    CHECK_INT(http_request(port(&b), "POST", "/v1/messages", KC,
+                           AMSG(",\"max_tokens\":3,\"stream\":true"), buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "event: message_start") && strstr(buf, "event: message_stop"));
+    CHECK_INT(http_request(port(&b), "POST", "/v1/messages/count_tokens", KC, AMSG(""), buf,
+                           sizeof buf), ==, 200);
+    CHECK(strstr(body_of(buf), "{\"input_tokens\":"));
+
     /* the forwarder's mark is a secret: a wrong one is just a missing key */
     CHECK_INT(http_request(port(&a), "POST", "/v1/chat/completions", "X-Racimo-Forward: 00\r\n",
                            CHAT(",\"max_tokens\":2"), buf, sizeof buf), ==, 401);

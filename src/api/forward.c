@@ -334,7 +334,7 @@ static void refuse_key(api_server *s, const char *from, uint32_t id, const char 
              "of its own API keys: the request node %s forwarded to it carried %s", self, who,
              had_proof ? "a key that is not one of them" : "none");
     json_t *j = srv_is_ollama_path(path) ? json_pack("{s:s}", "error", e.message)
-                                         : openai_error_json(&e);
+                : srv_is_anthropic_path(path) ? anthropic_error_json(&e) : openai_error_json(&e);
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     static const char ct[] = "application/json";
@@ -433,7 +433,8 @@ static void in_done(struct evhttp_request *req, void *arg)
 }
 
 static const char *const forwardable[] = { "/v1/chat/completions", "/v1/completions",
-                                           "/api/chat", "/api/generate", "/api/show" };
+                                           "/api/chat", "/api/generate", "/api/show",
+                                           "/v1/messages", "/v1/messages/count_tokens" };
 
 static bool forwarding_path(const char *path)
 {
@@ -599,14 +600,17 @@ static void out_end(api_server *s, fwd_out *o, const char *why)
             api_error e;
             api_fail(&e, 502, "forward_failed", NULL, "node %s (%.8s), which serves %s, %s",
                      o->node_name, o->node, o->model, why);
-            json_t *j = !strncmp(o->ctype, "text/event-stream", 17) ? openai_error_json(&e)
+            bool anthropic = srv_is_anthropic_path(o->path);
+            json_t *j = !strncmp(o->ctype, "text/event-stream", 17)
+                        ? (anthropic ? anthropic_error_json(&e) : openai_error_json(&e))
                         : !strncmp(o->ctype, "application/x-ndjson", 20)
                         ? json_pack("{s:s}", "error", e.message) : NULL;
             char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
             json_decref(j);
             struct evbuffer *b = t ? evbuffer_new() : NULL;
             if (b) {
-                evbuffer_add_printf(b, ollama ? "%s\n" : "data: %s\n\n", t);
+                evbuffer_add_printf(b, ollama ? "%s\n" : anthropic ? "event: error\ndata: %s\n\n"
+                                                              : "data: %s\n\n", t);
                 evhttp_send_reply_chunk(o->req, b);
                 evbuffer_free(b);
             }

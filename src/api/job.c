@@ -72,11 +72,14 @@ static void on_text(gen_request *g, const char *text, size_t len)
     api_server *s = j->srv;
     pthread_mutex_lock(&s->mail_mu);
     bool wake = !j->in_ready;
-    if (!j->think_parse) {
+    if (!j->think_parse && !j->stop) {
         sb_append(&j->mb_text, text, len);
     } else if (!j->mb_stopped) {
         size_t from = j->mb_text.len;
-        reasoning_push(&j->split, text, len, &j->mb_reason, &j->mb_text);
+        if (j->think_parse)
+            reasoning_push(&j->split, text, len, &j->mb_reason, &j->mb_text);
+        else
+            sb_append(&j->mb_text, text, len);
         content_stops(j, from);
     }
     post(j);
@@ -124,9 +127,10 @@ static void on_done(gen_request *g, const gen_result *res)
     api_server *s = j->srv;
     pthread_mutex_lock(&s->mail_mu);
     bool wake = !j->in_ready;
-    if (j->think_parse && !j->mb_stopped) {
+    if (!j->mb_stopped) {
         size_t from = j->mb_text.len;
-        reasoning_finish(&j->split, &j->mb_reason, &j->mb_text);
+        if (j->think_parse)
+            reasoning_finish(&j->split, &j->mb_reason, &j->mb_text);
         content_stops(j, from);
         if (j->stop && !j->mb_stopped) {
             const char *out;
@@ -298,13 +302,30 @@ static void finish_job(api_job *j)
 
 /* ---- starting ---- */
 
+/* The template's thinking switches for a client's on/off (`think`, named
+ * `param` in the request), into *vars.  Thinking asked of a model that does
+ * not think is refused, as Ollama refuses it. */
+static int think_switches(const api_job *j, int think, const char *param, json_t **vars,
+                          api_error *e)
+{
+    const api_model *m = j->model;
+    if (think == THINK_ON && !m->thinks)
+        return api_fail(e, 400, "invalid_value", param, "\"%s\" does not support thinking "
+                        "(its chat template writes no <think> blocks)", j->ar.model);
+    if (m->thinks && think != THINK_UNSET && reasoning_set_switches(m->think_switches,
+                                                                   think == THINK_ON, vars))
+        return api_fail(e, 500, "out_of_memory", NULL, "out of memory");
+    return 0;
+}
+
 /* Thinking for this request: whether the answer is split into reasoning
  * and content (OpenAI unless reasoning_format is "none"; Ollama unless
- * think is false, which as in Ollama leaves the text as it comes), and the
- * template variables to render with (*vars, new; NULL for none): the
- * client's chat_template_kwargs, or for Ollama its think mapped to the
- * template's switches (not given counts as true, as Ollama does for models
- * that think). */
+ * think is false, which as in Ollama leaves the text as it comes;
+ * Anthropic always, so thinking is never text), and the template variables
+ * to render with (*vars, new; NULL for none): the switches for OpenAI's
+ * reasoning_effort, Ollama's think (not given counts as true, as Ollama
+ * does for models that think) or Anthropic's thinking (not given: the
+ * template's default), and over them the client's chat_template_kwargs. */
 static int thinking_setup(api_job *j, json_t **vars, api_error *e)
 {
     const api_model *m = j->model;
@@ -313,19 +334,22 @@ static int thinking_setup(api_job *j, json_t **vars, api_error *e)
     switch (ar->kind) {
     case API_OPENAI_CHAT:
         j->think_parse = m->thinks && ar->reasoning_format != REASONING_FORMAT_NONE;
-        *vars = ar->template_vars ? json_deep_copy(ar->template_vars) : NULL;
-        if (ar->template_vars && !*vars)
+        if (think_switches(j, ar->think, "reasoning_effort", vars, e))
+            return -1;
+        if (ar->template_vars && !*vars && !(*vars = json_object()))
+            return api_fail(e, 500, "out_of_memory", NULL, "out of memory");
+        if (ar->template_vars && json_object_update(*vars, ar->template_vars))
             return api_fail(e, 500, "out_of_memory", NULL, "out of memory");
         return 0;
     case API_OLLAMA_CHAT:
     case API_OLLAMA_GENERATE:
-        if (ar->think == THINK_ON && !m->thinks)
-            return api_fail(e, 400, "invalid_value", "think", "\"%s\" does not support thinking "
-                            "(its chat template writes no <think> blocks)", ar->model);
         j->think_parse = m->thinks && ar->think != THINK_OFF;
-        if (m->thinks && reasoning_set_switches(m->think_switches, ar->think != THINK_OFF, vars))
-            return api_fail(e, 500, "out_of_memory", NULL, "out of memory");
-        return 0;
+        return think_switches(j, ar->think == THINK_UNSET && m->thinks ? THINK_ON : ar->think,
+                              "think", vars, e);
+    case API_ANTHROPIC_MESSAGES:
+    case API_ANTHROPIC_COUNT:
+        j->think_parse = m->thinks;
+        return think_switches(j, ar->think, "thinking", vars, e);
     default:
         return 0;
     }
@@ -340,7 +364,7 @@ static int build_prompt(api_job *j, api_error *e)
     int rc = 0;
     if (thinking_setup(j, &vars, e))
         return -1;
-    if (ar->kind == API_OPENAI_CHAT || ar->kind == API_OLLAMA_CHAT) {
+    if (ar->messages) {
         rc = registry_chat_prompt(m, ar->messages, ar->tools, vars, &j->prompt, &j->n_prompt,
                                   j->think_parse ? &text : NULL);
     } else if (ar->prompt_ids) {
@@ -378,7 +402,7 @@ static int build_prompt(api_job *j, api_error *e)
         return -1;
     if (j->n_prompt == 0)
         return api_fail(e, 400, "invalid_value", "prompt", "the prompt has no tokens");
-    if (j->n_prompt >= m->ep.n_ctx)
+    if (j->n_prompt >= m->ep.n_ctx && ar->kind != API_ANTHROPIC_COUNT)
         return api_fail(e, 400, "context_length_exceeded", ar->messages ? "messages" : "prompt",
                         "the prompt has %d tokens; a sequence of this server holds %d "
                         "(start racimo serve with a larger --ctx-size, or shorten the prompt)",
@@ -402,6 +426,14 @@ static void start_gen(api_job *j)
         fail_job(j, &e);
         return;
     }
+    if (ar->kind == API_ANTHROPIC_COUNT) {
+        j->status = 200;
+        detach_close(j);
+        anthropic_count(j);
+        j->req = NULL;
+        finish_job(j);
+        return;
+    }
     gen_request *g = &j->gr;
     memset(g, 0, sizeof *g);
     g->prompt = j->prompt;
@@ -409,8 +441,9 @@ static void start_gen(api_job *j)
     g->sampling = ar->sampling;
     g->max_tokens = ar->max_tokens;
     g->ignore_eos = ar->ignore_eos;
-    if (j->think_parse && ar->n_stops) {
-        /* matched on the content only (in on_text), not in the reasoning */
+    if ((j->think_parse || ar->kind == API_ANTHROPIC_MESSAGES) && ar->n_stops) {
+        /* matched on the content only (in on_text), not in the reasoning;
+         * Anthropic's answer names the stop that matched (stop_matched) */
         if (stop_new((const char *const *)ar->stops, ar->n_stops, &j->stop)) {
             api_fail(&e, 500, "out_of_memory", NULL, "%s", rc_errmsg());
             fail_job(j, &e);
@@ -506,7 +539,8 @@ void job_run(api_server *s, struct evhttp_request *req, const char *path, const 
     j->created = (long)time(NULL);
     snprintf(j->path, sizeof j->path, "%s", path);
     snprintf(j->key_id, sizeof j->key_id, "%s", key_id ? key_id : "");
-    new_id(s, j->ar.kind == API_OPENAI_COMPLETION ? "cmpl-" : "chatcmpl-", j->id, sizeof j->id);
+    new_id(s, j->ar.kind == API_OPENAI_COMPLETION ? "cmpl-" :
+              j->ar.kind == API_ANTHROPIC_MESSAGES ? "msg_" : "chatcmpl-", j->id, sizeof j->id);
     j->next = s->jobs;
     if (s->jobs)
         s->jobs->prev = j;

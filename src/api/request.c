@@ -536,13 +536,33 @@ static int get_think(api_request *r, const json_t *o, api_error *e)
     return bad_type(e, "think", "true or false");
 }
 
+/* OpenAI's reasoning_effort: "none" and "minimal" switch thinking off,
+ * "low", "medium" and "high" on (no model here has levels). */
+static int get_reasoning_effort(api_request *r, const json_t *o, api_error *e)
+{
+    json_t *v = field(o, "reasoning_effort");
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return bad_type(e, "reasoning_effort", "a string");
+    const char *s = json_string_value(v);
+    if (!strcmp(s, "none") || !strcmp(s, "minimal"))
+        r->think = THINK_OFF;
+    else if (!strcmp(s, "low") || !strcmp(s, "medium") || !strcmp(s, "high"))
+        r->think = THINK_ON;
+    else
+        return api_fail(e, 400, "invalid_value", "reasoning_effort",
+                        "reasoning_effort '%.40s': want none, minimal, low, medium or high", s);
+    return 0;
+}
+
 /* ---- endpoints ---- */
 
 static int parse_openai_chat(api_request *r, const json_t *o, api_error *e)
 {
     if (get_openai_common(r, o, e) || get_messages(r, o, e) || get_tools(r, o, e) ||
         get_bool(o, "logprobs", &r->logprobs, e) || get_template_vars(r, o, e) ||
-        get_reasoning_format(r, o, e))
+        get_reasoning_format(r, o, e) || get_reasoning_effort(r, o, e))
         return -1;
     long long v;
     bool has;
@@ -700,6 +720,17 @@ static int parse_ollama_generate(api_request *r, const json_t *o, api_error *e)
     return 0;
 }
 
+/* Anthropic's Messages body, as the OpenAI chat body it means. */
+static int parse_anthropic(api_request *r, const json_t *o, api_error *e)
+{
+    json_t *chat = NULL;
+    int rc = anthropic_to_chat(o, r->kind == API_ANTHROPIC_COUNT, &chat, &r->think, e);
+    if (rc == 0)
+        rc = parse_openai_chat(r, chat, e);
+    json_decref(chat);
+    return rc;
+}
+
 int api_request_parse(int kind, const char *body, size_t len, api_request *r, api_error *e)
 {
     memset(r, 0, sizeof *r);
@@ -722,6 +753,8 @@ int api_request_parse(int kind, const char *body, size_t len, api_request *r, ap
         case API_OPENAI_COMPLETION: rc = parse_openai_completion(r, o, e); break;
         case API_OLLAMA_CHAT:       rc = parse_ollama_chat(r, o, e); break;
         case API_OLLAMA_GENERATE:   rc = parse_ollama_generate(r, o, e); break;
+        case API_ANTHROPIC_MESSAGES:
+        case API_ANTHROPIC_COUNT:   rc = parse_anthropic(r, o, e); break;
         default: rc = api_fail(e, 500, "internal", NULL, "unknown endpoint kind %d", kind);
         }
     }

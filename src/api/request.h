@@ -10,8 +10,11 @@
  *
  * Nothing here touches the network or the engine, so the fuzzer drives it
  * directly (fuzz/fuzz_http_request.c).  Errors are reported in an api_error
- * that the handlers turn into OpenAI's {"error": {...}} or Ollama's
- * {"error": "..."} body.
+ * that the handlers turn into OpenAI's {"error": {...}}, Ollama's
+ * {"error": "..."} or Anthropic's {"type": "error", "error": {...}} body.
+ * Anthropic's Messages body is first rewritten into the OpenAI chat body it
+ * means (anthropic_request.c), so both dialects share one parser and one
+ * set of fields (tools, tool_choice, thinking).
  */
 #ifndef RC_API_REQUEST_H
 #define RC_API_REQUEST_H
@@ -28,8 +31,11 @@ enum api_kind {
     API_OPENAI_CHAT,        /* POST /v1/chat/completions */
     API_OPENAI_COMPLETION,  /* POST /v1/completions */
     API_OLLAMA_CHAT,        /* POST /api/chat */
-    API_OLLAMA_GENERATE     /* POST /api/generate */
+    API_OLLAMA_GENERATE,    /* POST /api/generate */
+    API_ANTHROPIC_MESSAGES, /* POST /v1/messages */
+    API_ANTHROPIC_COUNT     /* POST /v1/messages/count_tokens: the prompt's tokens only */
 };
+#define API_N_KINDS 6
 
 #define API_MAX_STOPS        16
 #define API_MAX_TOP_LOGPROBS 20
@@ -75,7 +81,8 @@ typedef struct {
     int tool_choice;          /* enum api_tool_choice */
     json_t *template_vars;    /* chat_template_kwargs: more variables for the template, or NULL */
     int reasoning_format;     /* enum api_reasoning_format (OpenAI chat) */
-    int think;                /* enum api_think (Ollama chat and generate) */
+    int think;                /* enum api_think (Ollama chat and generate; OpenAI's
+                                 reasoning_effort; Anthropic's thinking) */
     /* completion / generate: text, or token ids (OpenAI only) */
     char *prompt;
     int32_t *prompt_ids;
@@ -106,6 +113,15 @@ void api_request_free(api_request *r);       /* accepts a zeroed request */
 
 /* The checks that need the model: logit_bias ids in [0, n_vocab), and
  * max_tokens within the context of one sequence (n_ctx).  -1 with *e. */
+/* anthropic_request.c: the OpenAI chat body (new, in *chat) that an Anthropic
+ * Messages body `in` means: system and content blocks as messages with
+ * tool_calls / tool messages / reasoning_content, tools and tool_choice in
+ * OpenAI's shape, stop_sequences as stop.  Anthropic's thinking goes to
+ * *think (enum api_think).  `count`: a count_tokens body (no max_tokens,
+ * no sampling).  -1 with *e (400) for what Anthropic refuses or racimo does
+ * not support (images, documents, server tools...). */
+int anthropic_to_chat(const json_t *in, bool count, json_t **chat, int *think, api_error *e);
+
 int api_request_check(const api_request *r, int n_vocab, int n_ctx, api_error *e);
 
 #endif

@@ -67,6 +67,12 @@ bool srv_is_ollama_path(const char *path)
     return !strncmp(path, "/api/", 5);
 }
 
+bool srv_is_anthropic_path(const char *path)
+{
+    return !strncmp(path, "/v1/messages", 12) &&
+           (path[12] == '\0' || path[12] == '/' || path[12] == '?');
+}
+
 /* ---- access control ---- */
 
 static bool origin_allowed(const api_server *s, const char *origin, bool *any)
@@ -108,9 +114,10 @@ static bool same_secret(const char *a, size_t al, const char *b, size_t bl)
 
 const char *srv_bearer(struct evhttp_request *req)
 {
-    const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const char *auth = evhttp_find_header(in, "Authorization");
     if (!auth || strncasecmp(auth, "Bearer ", 7))
-        return NULL;
+        return evhttp_find_header(in, "x-api-key");
     const char *given = auth + 7;
     while (*given == ' ')
         given++;
@@ -381,6 +388,8 @@ static const route routes[] = {
     { "/v1/completions",      EVHTTP_REQ_POST, API_OPENAI_COMPLETION },
     { "/api/chat",            EVHTTP_REQ_POST, API_OLLAMA_CHAT },
     { "/api/generate",        EVHTTP_REQ_POST, API_OLLAMA_GENERATE },
+    { "/v1/messages",         EVHTTP_REQ_POST, API_ANTHROPIC_MESSAGES },
+    { "/v1/messages/count_tokens", EVHTTP_REQ_POST, API_ANTHROPIC_COUNT },
     { "/v1/models",           EVHTTP_REQ_GET,  -1 },
     { "/v1/cluster",          EVHTTP_REQ_GET,  -1 },
     { "/v1/instances",        EVHTTP_REQ_POST, -1 },
@@ -463,7 +472,8 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
     else if (strcmp(path, "/health") && check_key(s, req, key_id, sizeof key_id)) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
         status = reply_err(s, req, path, 401, "invalid_api_key", "%s",
-                           "a valid API key is required: send 'Authorization: Bearer <key>'");
+                           "a valid API key is required: send 'Authorization: Bearer <key>' "
+                           "(or 'x-api-key: <key>')");
         log_request(s, req, method_name(method), path, status, NULL);
         return;
     }
@@ -504,8 +514,9 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
             api_request_free(&ar);
             return;
         }
-        static const job_ops *const ops[] = { &openai_chat_ops, &openai_completion_ops,
-                                               &ollama_chat_ops, &ollama_generate_ops };
+        static const job_ops *const ops[API_N_KINDS] = {
+            &openai_chat_ops, &openai_completion_ops, &ollama_chat_ops, &ollama_generate_ops,
+            &anthropic_ops, &anthropic_ops };
         job_run(s, req, r->path, key_id, internal ? fwd_client(req) : NULL, &ar, ops[r->kind]);
         return;
     }

@@ -11,6 +11,7 @@
  *               events and JSON lines
  *   openai.c    /v1/... handlers and OpenAI response objects
  *   ollama.c    /api/... handlers and Ollama response objects
+ *   anthropic.c /v1/messages: Anthropic's message objects, events and errors
  *   cluster_admin.c  removing a node, rotating the cluster key
  *   forward.c   requests forwarded between nodes (and their API-key proofs)
  *   tls.c       HTTPS: OpenSSL contexts and bufferevents
@@ -138,13 +139,18 @@ struct api_job {
     const char *finish;             /* "stop", "length", "tool_calls" */
     json_t *tool_calls;             /* parsed at the end, or NULL */
     char *content;                  /* final content (non-streamed) */
+    /* Anthropic stream: content blocks started so far, the open one's kind */
+    int blk_n, blk_open;
+    bool blk_text;                  /* a text block was sent */
     api_job *prev, *next;           /* srv->jobs */
 };
 
 /* ---- server.c ---- */
 void srv_cors_headers(api_server *s, struct evhttp_request *req);
 bool srv_is_ollama_path(const char *path);
-/* The key of req's 'Authorization: Bearer KEY' (NULL without one). */
+bool srv_is_anthropic_path(const char *path);     /* /v1/messages... (a query may follow) */
+/* The key of req's 'Authorization: Bearer KEY', or else of its
+ * 'x-api-key: KEY' (Anthropic's header); NULL without one. */
 const char *srv_bearer(struct evhttp_request *req);
 /* The connection's peer as "ADDRESS:PORT" ("?" when unknown). */
 void srv_peer(struct evhttp_request *req, char *out, size_t cap);
@@ -200,12 +206,15 @@ void http_reply_json(api_server *s, struct evhttp_request *req, int status, json
                      const char *extra_header, const char *extra_value);
 void http_reply_text(api_server *s, struct evhttp_request *req, int status, const char *ctype,
                      const char *text, size_t len);
-/* An error in OpenAI's style, or Ollama's for /api/ paths. */
+/* An error in OpenAI's style, Ollama's for /api/ paths, Anthropic's for
+ * /v1/messages (its status then as Anthropic's API would send it). */
 void http_reply_error(api_server *s, struct evhttp_request *req, bool ollama, const api_error *e);
 json_t *openai_error_json(const api_error *e);
 /* Streams: the status line and headers, then chunks. */
 void http_stream_start(api_job *j, const char *content_type);
 void http_stream_sse(api_job *j, json_t *event);      /* "data: {json}\n\n"; steals */
+/* "event: NAME\ndata: {json}\n\n" (Anthropic's named events); steals */
+void http_stream_event(api_job *j, const char *name, json_t *data);
 void http_stream_raw(api_job *j, const char *text);   /* bytes as they are */
 void http_stream_line(api_job *j, json_t *obj);       /* "{json}\n"; steals */
 void http_stream_end(api_job *j);
@@ -213,6 +222,15 @@ void http_stream_end(api_job *j);
 /* ---- openai.c ---- */
 extern const job_ops openai_chat_ops, openai_completion_ops;
 int  openai_models(api_server *s, struct evhttp_request *req, const char *one);   /* status */
+
+/* ---- anthropic.c ---- */
+extern const job_ops anthropic_ops;
+/* POST /v1/messages/count_tokens's answer, {"input_tokens": N}. */
+void anthropic_count(api_job *j);
+/* {"type": "error", "error": {"type", "message"}}, and the HTTP status
+ * Anthropic's API gives that error (529 for a full queue). */
+json_t *anthropic_error_json(const api_error *e);
+int anthropic_status(int status);
 
 /* ---- ollama.c ---- */
 extern const job_ops ollama_chat_ops, ollama_generate_ops;

@@ -58,10 +58,15 @@ json_t *openai_error_json(const api_error *e)
 
 void http_reply_error(api_server *s, struct evhttp_request *req, bool ollama, const api_error *e)
 {
-    json_t *body = ollama ? json_pack("{s:s}", "error", e->message) : openai_error_json(e);
+    /* the request's own path says the dialect (callers name only Ollama) */
+    const char *uri = evhttp_request_get_uri(req);
+    bool anthropic = !ollama && uri && srv_is_anthropic_path(uri);
+    json_t *body = ollama ? json_pack("{s:s}", "error", e->message)
+                 : anthropic ? anthropic_error_json(e) : openai_error_json(e);
     char retry[16];
     snprintf(retry, sizeof retry, "%d", 1);
-    http_reply_json(s, req, e->status, body, e->status == 429 ? "Retry-After" : NULL, retry);
+    http_reply_json(s, req, anthropic ? anthropic_status(e->status) : e->status, body,
+                    e->status == 429 ? "Retry-After" : NULL, retry);
 }
 
 /* Looks for end-of-file without taking any bytes. */
@@ -130,6 +135,13 @@ static void stream_json(api_job *j, json_t *o, const char *before, const char *a
 }
 
 void http_stream_sse(api_job *j, json_t *event) { stream_json(j, event, "data: ", "\n\n"); }
+
+void http_stream_event(api_job *j, const char *name, json_t *data)
+{
+    char before[64];
+    snprintf(before, sizeof before, "event: %s\ndata: ", name);
+    stream_json(j, data, before, "\n\n");
+}
 void http_stream_line(api_job *j, json_t *obj) { stream_json(j, obj, "", "\n"); }
 
 void http_stream_end(api_job *j)

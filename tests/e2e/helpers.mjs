@@ -84,3 +84,22 @@ export async function metric(url, name, labels = '') {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A template that thinks like Qwen3 (the enable_thinking switch) but whose
+// generation prompt opens the block itself, as DeepSeek-R1's does: whatever
+// the random model writes is then thinking (the OpenAI tests force it to
+// "xxxx" with logit_bias: token 120 is the byte 'x').
+export const THINKING_TEMPLATE =
+  "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}" +
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}" +
+  "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}" +
+  "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}";
+
+// A Hermes-style template (Qwen2.5's tool-call format) that renders tools,
+// tool calls and tool results.
+export const HERMES_TEMPLATE =
+  "{%- if tools %}<|im_start|>system\nYou may call functions. Answer with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>\n<tools>" +
+  "{%- for t in tools %}{{ t | tojson }}{% endfor %}</tools><|im_end|>\n{%- endif %}" +
+  "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}{% endif %}" +
+  "{%- if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}{% endif %}<|im_end|>\n{%- endfor %}" +
+  "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";

@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Ollama } from 'ollama';
-import { startServer, writeFile } from './helpers.mjs';
+import { startServer, writeFile, THINKING_TEMPLATE } from './helpers.mjs';
 
 let srv, ollama;
 before(async () => {
@@ -93,14 +93,6 @@ test('errors: unknown model, bad options, format, empty messages', async () => {
   assert.equal(typeof j.error, 'string');
 });
 
-// A template that thinks like Qwen3 (the enable_thinking switch) but whose
-// generation prompt opens the block itself, as DeepSeek-R1's does: whatever
-// the random model writes is then thinking.
-const THINKING_TEMPLATE =
-  "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}" +
-  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}" +
-  "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}" +
-  "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}";
 
 test('think: thinking in message.thinking and generate\'s thinking, streamed or not; think false switches it off', async () => {
   const t = await startServer(['--chat-template-file', writeFile('thinking-ollama.jinja', THINKING_TEMPLATE)]);

@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { startServer, writeFile, sleep } from './helpers.mjs';
+import { startServer, writeFile, sleep, THINKING_TEMPLATE, HERMES_TEMPLATE } from './helpers.mjs';
 
 let srv, client;
 before(async () => {
@@ -191,12 +191,7 @@ test('errors come back as OpenAI errors the client understands', async () => {
 });
 
 test('tools are rendered through the template; tool turns are accepted', async () => {
-  const tpl = writeFile('hermes.jinja',
-    "{%- if tools %}<|im_start|>system\nYou may call functions. Answer with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>\n<tools>" +
-    "{%- for t in tools %}{{ t | tojson }}{% endfor %}</tools><|im_end|>\n{%- endif %}" +
-    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}{% endif %}" +
-    "{%- if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}{% endif %}<|im_end|>\n{%- endfor %}" +
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
+  const tpl = writeFile('hermes.jinja', HERMES_TEMPLATE);
   const t = await startServer(['--chat-template-file', tpl]);
   try {
     const c = new OpenAI({ baseURL: `${t.url}/v1`, apiKey: 'x', maxRetries: 0 });
@@ -242,15 +237,6 @@ test('API keys: every endpoint but /health needs one; 401 in OpenAI form', async
     assert.ok(!JSON.stringify(log).includes('third-key'), 'a key leaked into the log');
   } finally { await t.stop(); }
 });
-
-// A template that thinks like Qwen3 (the enable_thinking switch) but whose
-// generation prompt opens the block itself, as DeepSeek-R1's does; the
-// answer is forced to "xxxx" with logit_bias (token 120 is the byte 'x').
-const THINKING_TEMPLATE =
-  "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}" +
-  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}" +
-  "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}" +
-  "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}";
 
 test('thinking goes to reasoning_content; reasoning_format none and chat_template_kwargs switch it', async () => {
   const t = await startServer(['--chat-template-file', writeFile('thinking-openai.jinja', THINKING_TEMPLATE)]);
