@@ -228,7 +228,98 @@ static const bad_case bad[] = {
     { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"images\":[\"aGk=\"]}", 400, "unsupported_value", "images" },
     { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"raw\":1}", 400, "invalid_type", "raw" },
     { API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"s\"}", 400, "unsupported_value", "suffix" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"reasoning_effort\":\"max\"}", 400, "invalid_value", "reasoning_effort" },
+    { API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"reasoning_effort\":1}", 400, "invalid_type", "reasoning_effort" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\"," MSG "}", 400, "missing_field", "max_tokens" },
+    { API_ANTHROPIC_MESSAGES, "{\"max_tokens\":1," MSG "}", 400, "missing_field", "model" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":0," MSG "}", 400, "invalid_value", "max_tokens" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[]}", 400, "invalid_value", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"system\":\"s\",\"messages\":[]}", 400, "invalid_value", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", 400, "invalid_value", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\"}]}", 400, "missing_field", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}", 400, "invalid_value", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\"}]}]}", 400, "unsupported_value", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\"}]}]}", 400, "invalid_value", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"a\",\"content\":[{\"type\":\"image\"}]}]}]}", 400, "unsupported_value", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"f\",\"input\":[]}]}]}", 400, "invalid_value", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"a\"}]}]}", 400, "invalid_value", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"system\":5," MSG "}", 400, "invalid_type", "system" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"stop_sequences\":\"x\"," MSG "}", 400, "invalid_type", "stop_sequences" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"temperature\":1.5," MSG "}", 400, "invalid_value", "temperature" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"tools\":[{\"name\":\"f\"}]," MSG "}", 400, "invalid_value", "tools" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"tools\":[{\"type\":\"bash_20250124\",\"name\":\"bash\"}]," MSG "}", 400, "unsupported_value", "tools" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"tool_choice\":\"auto\"," MSG "}", 400, "invalid_type", "tool_choice" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"tool_choice\":{\"type\":\"sometimes\"}," MSG "}", 400, "invalid_value", "tool_choice" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"tool_choice\":{\"type\":\"any\"}," MSG "}", 400, "invalid_value", "tool_choice" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"thinking\":{\"type\":\"enabled\"}," MSG "}", 400, "invalid_value", "thinking" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"thinking\":true," MSG "}", 400, "invalid_type", "thinking" },
+    { API_ANTHROPIC_COUNT, "{\"model\":\"m\"}", 400, "missing_field", "messages" },
 };
+
+/* An Anthropic body becomes the OpenAI chat it means: tool results before
+ * the turn's text, tool_use as tool_calls with object arguments, thinking
+ * as reasoning_content, tools as functions, any as required. */
+TEST(api_request_anthropic_fields)
+{
+    api_request r;
+    parse_ok(API_ANTHROPIC_MESSAGES,
+             "{\"model\":\"m\",\"max_tokens\":9,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":5,"
+             "\"stop_sequences\":[\"x\"],\"stream\":true,\"metadata\":{\"user_id\":\"u\"},"
+             "\"system\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}],"
+             "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024},"
+             "\"tools\":[{\"name\":\"f\",\"description\":\"d\",\"input_schema\":{\"type\":\"object\"}}],"
+             "\"tool_choice\":{\"type\":\"any\"},\"messages\":["
+             "{\"role\":\"user\",\"content\":\"q\"},"
+             "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"t1\",\"signature\":\"s\"},"
+             "{\"type\":\"redacted_thinking\",\"data\":\"z\"},{\"type\":\"thinking\",\"thinking\":\"t2\"},"
+             "{\"type\":\"text\",\"text\":\"ok\",\"citations\":[]},"
+             "{\"type\":\"tool_use\",\"id\":\"u1\",\"name\":\"f\",\"input\":{\"a\":1}}]},"
+             "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"u1\",\"content\":\"r1\"},"
+             "{\"type\":\"tool_result\",\"tool_use_id\":\"u2\",\"content\":[{\"type\":\"text\",\"text\":\"r2\"}],\"is_error\":true},"
+             "{\"type\":\"text\",\"text\":\"more\",\"cache_control\":{\"type\":\"ephemeral\"}}]}]}", &r);
+    CHECK_INT(json_array_size(r.messages), ==, 6);
+    static const char *const roles[] = { "system", "user", "assistant", "tool", "tool", "user" };
+    static const char *const texts[] = { "a\nb", "q", "ok", "r1", "r2", "more" };
+    for (size_t i = 0; i < 6; i++) {
+        json_t *m = json_array_get(r.messages, i);
+        CHECK_STR(json_string_value(json_object_get(m, "role")), roles[i]);
+        CHECK_STR(json_string_value(json_object_get(m, "content")), texts[i]);
+    }
+    json_t *asst = json_array_get(r.messages, 2);
+    CHECK_STR(json_string_value(json_object_get(asst, "reasoning_content")), "t1\n\nt2");
+    json_t *call = json_array_get(json_object_get(asst, "tool_calls"), 0);
+    CHECK_STR(json_string_value(json_object_get(call, "id")), "u1");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(call, "function"), "name")), "f");
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(json_object_get(call, "function"), "arguments"), "a")), ==, 1);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 4), "tool_call_id")), "u2");
+    CHECK_INT(json_array_size(r.tools), ==, 1);
+    json_t *fn = json_object_get(json_array_get(r.tools, 0), "function");
+    CHECK_STR(json_string_value(json_object_get(fn, "description")), "d");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(fn, "parameters"), "type")), "object");
+    CHECK_INT(r.tool_choice, ==, TOOL_CHOICE_REQUIRED);
+    CHECK_INT(r.think, ==, THINK_ON);
+    CHECK_INT(r.max_tokens, ==, 9);
+    CHECK_NEAR(r.sampling.temperature, 0.5, 1e-6);
+    CHECK_NEAR(r.sampling.top_p, 0.9, 1e-6);
+    CHECK_INT(r.sampling.top_k, ==, 5);
+    CHECK(r.stream && r.n_stops == 1 && !strcmp(r.stops[0], "x"));
+    api_request_free(&r);
+    /* tool_choice none: the tools are not rendered; thinking disabled */
+    parse_ok(API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1," MSG ",\"tool_choice\":{\"type\":\"none\"},"
+             "\"thinking\":{\"type\":\"disabled\"},\"tools\":[{\"name\":\"f\",\"input_schema\":{}}]}", &r);
+    CHECK(r.tools == NULL && r.think == THINK_OFF);
+    api_request_free(&r);
+    /* count_tokens: no max_tokens, and sampling fields do not matter */
+    parse_ok(API_ANTHROPIC_COUNT, "{\"model\":\"m\"," MSG ",\"temperature\":7,\"stream\":true}", &r);
+    CHECK(r.max_tokens == 0 && !r.stream && r.think == THINK_UNSET);
+    api_request_free(&r);
+    parse_ok(API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"reasoning_effort\":\"minimal\"}", &r);
+    CHECK_INT(r.think, ==, THINK_OFF);
+    api_request_free(&r);
+    parse_ok(API_OPENAI_CHAT, "{\"model\":\"m\"," MSG ",\"reasoning_effort\":\"low\"}", &r);
+    CHECK_INT(r.think, ==, THINK_ON);
+    api_request_free(&r);
+}
 
 TEST(api_request_bad_input_table)
 {

@@ -38,26 +38,37 @@ static const char *type_of(const json_t *block)
     return json_string_value(json_object_get(block, "type"));
 }
 
-/* text blocks [{type: text, text}] as OpenAI text parts; `where` names the
- * list in messages.  Other block types are refused, naming them. */
-static int text_parts(const json_t *blocks, const char *where, json_t *parts, api_error *e)
+/* A text block {type: text, text} (`where` names it: "system.0",
+ * "messages.1.content.2"...) as an OpenAI text part appended to parts;
+ * other block types are refused, naming them. */
+static int text_part(const json_t *b, const char *where, json_t *parts, api_error *e)
 {
+    const char *param = strncmp(where, "system", 6) ? "messages" : "system";
+    const char *t = type_of(b);
+    if (!t)
+        return api_fail(e, 400, "invalid_value", param, "%s is not a content block (an object "
+                        "with a string 'type')", where);
+    if (strcmp(t, "text"))
+        return api_fail(e, 400, "unsupported_value", param, "%s: blocks of type '%.40s' are not "
+                        "supported here (text only)", where, t);
+    json_t *text = json_object_get(b, "text");
+    if (!json_is_string(text))
+        return api_fail(e, 400, "invalid_type", param, "%s: a text block needs a string 'text'",
+                        where);
+    return json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", text))
+           ? oom(e) : 0;
+}
+
+/* A list of text blocks (named `list`) as text parts. */
+static int text_parts(const json_t *blocks, const char *list, json_t *parts, api_error *e)
+{
+    char where[96];
     size_t i;
     json_t *b;
     json_array_foreach(blocks, i, b) {
-        const char *t = type_of(b);
-        if (!t)
-            return api_fail(e, 400, "invalid_value", where, "%s.%zu is not a content block "
-                            "(an object with a string 'type')", where, i);
-        if (strcmp(t, "text"))
-            return api_fail(e, 400, "unsupported_value", where, "%s.%zu: blocks of type "
-                            "'%.40s' are not supported here (text only)", where, i, t);
-        json_t *text = json_object_get(b, "text");
-        if (!json_is_string(text))
-            return api_fail(e, 400, "invalid_type", where, "%s.%zu: a text block needs a "
-                            "string 'text'", where, i);
-        if (json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", text)))
-            return oom(e);
+        snprintf(where, sizeof where, "%s.%zu", list, i);
+        if (text_part(b, where, parts, e))
+            return -1;
     }
     return 0;
 }
@@ -100,7 +111,7 @@ static int tool_result_text(const json_t *block, const char *where, json_t **out
         return 0;
     }
     if (!json_is_array(c))
-        return api_fail(e, 400, "invalid_type", where, "%s: a tool_result's 'content' must be a "
+        return api_fail(e, 400, "invalid_type", "messages", "%s: a tool_result's 'content' must be a "
                         "string or a list of text blocks", where);
     json_t *parts = json_array();
     if (!parts)
@@ -151,9 +162,7 @@ static int one_message(const json_t *m, size_t idx, json_t *msgs, api_error *e)
             rc = api_fail(e, 400, "invalid_value", "messages", "%s is not a content block "
                           "(an object with a string 'type')", where);
         } else if (!strcmp(t, "text")) {
-            json_t *one = json_pack("[O]", b);
-            rc = one ? text_parts(one, where, parts, e) : oom(e);
-            json_decref(one);
+            rc = text_part(b, where, parts, e);
         } else if (!strcmp(t, "tool_use") && assistant) {
             json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name");
             json_t *input = member(b, "input");
