@@ -254,6 +254,9 @@ static const bad_case bad[] = {
     { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"thinking\":{\"type\":\"enabled\"}," MSG "}", 400, "invalid_value", "thinking" },
     { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"thinking\":true," MSG "}", 400, "invalid_type", "thinking" },
     { API_ANTHROPIC_COUNT, "{\"model\":\"m\"}", 400, "missing_field", "messages" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"output_config\":{\"format\":{\"type\":\"xml\"}}," MSG "}", 400, "invalid_value", "output_config" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"output_config\":[]," MSG "}", 400, "invalid_type", "output_config" },
+    { API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1,\"thinking\":{\"type\":\"between_tools\"}," MSG "}", 400, "invalid_value", "thinking" },
 };
 
 /* An Anthropic body becomes the OpenAI chat it means: tool results before
@@ -308,6 +311,10 @@ TEST(api_request_anthropic_fields)
     parse_ok(API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1," MSG ",\"tool_choice\":{\"type\":\"none\"},"
              "\"thinking\":{\"type\":\"disabled\"},\"tools\":[{\"name\":\"f\",\"input_schema\":{}}]}", &r);
     CHECK(r.tools == NULL && r.think == THINK_OFF);
+    api_request_free(&r);
+    parse_ok(API_ANTHROPIC_MESSAGES, "{\"model\":\"m\",\"max_tokens\":1," MSG ",\"thinking\":{\"type\":\"adaptive\"},"
+             "\"output_config\":{\"effort\":\"high\"}}", &r);
+    CHECK_INT(r.think, ==, THINK_UNSET);      /* the template's default */
     api_request_free(&r);
     /* count_tokens: no max_tokens, and sampling fields do not matter */
     parse_ok(API_ANTHROPIC_COUNT, "{\"model\":\"m\"," MSG ",\"temperature\":7,\"stream\":true}", &r);

@@ -344,8 +344,9 @@ static int tool_choice(const json_t *in, json_t *out, api_error *e)
     return !v || json_object_set_new(out, "tool_choice", v) ? oom(e) : 0;
 }
 
-/* thinking {type: enabled, budget_tokens} or {type: disabled}.  The budget
- * is checked but not enforced: the template's switch has no budget. */
+/* thinking {type: enabled, budget_tokens}, {type: disabled}, or {type:
+ * adaptive} (the model decides: the template's default).  The budget is
+ * checked but not enforced: the template's switch has no budget. */
 static int thinking(const json_t *in, int *think, api_error *e)
 {
     json_t *th = member(in, "thinking");
@@ -355,13 +356,13 @@ static int thinking(const json_t *in, int *think, api_error *e)
     if (!type)
         return api_fail(e, 400, "invalid_type", "thinking",
                         "'thinking' must be an object with a string 'type'");
-    if (!strcmp(type, "disabled")) {
-        *think = THINK_OFF;
+    if (!strcmp(type, "disabled") || !strcmp(type, "adaptive")) {
+        *think = !strcmp(type, "disabled") ? THINK_OFF : THINK_UNSET;
         return 0;
     }
     if (strcmp(type, "enabled"))
         return api_fail(e, 400, "invalid_value", "thinking",
-                        "thinking type '%.40s': want enabled or disabled", type);
+                        "thinking type '%.40s': want enabled, disabled or adaptive", type);
     json_t *budget = json_object_get(th, "budget_tokens");
     if (!json_is_integer(budget) || json_integer_value(budget) < 1)
         return api_fail(e, 400, "invalid_value", "thinking",
@@ -388,6 +389,29 @@ static int stop_sequences(const json_t *in, json_t *out, api_error *e)
     return json_object_set(out, "stop", ss) ? oom(e) : 0;
 }
 
+/* Structured output: output_config.format (or the beta's output_format),
+ * {type: json_schema, schema}, is OpenAI's strict json_schema
+ * response_format, which the OpenAI parser then takes or refuses. */
+static int output_format(const json_t *in, json_t *out, api_error *e)
+{
+    json_t *cfg = member(in, "output_config");
+    if (cfg && !json_is_object(cfg))
+        return api_fail(e, 400, "invalid_type", "output_config", "'output_config' must be an object");
+    json_t *f = cfg ? member(cfg, "format") : NULL;
+    if (!f)
+        f = member(in, "output_format");
+    if (!f)
+        return 0;
+    const char *type = json_string_value(json_object_get(f, "type"));
+    json_t *schema = json_object_get(f, "schema");
+    if (!type || strcmp(type, "json_schema") || !json_is_object(schema))
+        return api_fail(e, 400, "invalid_value", "output_config",
+                        "an output format must be {\"type\": \"json_schema\", \"schema\": {...}}");
+    json_t *rf = json_pack("{s:s, s:{s:s, s:O, s:b}}", "type", "json_schema", "json_schema",
+                           "name", "output", "schema", schema, "strict", 1);
+    return !rf || json_object_set_new(out, "response_format", rf) ? oom(e) : 0;
+}
+
 int anthropic_to_chat(const json_t *in, bool count, json_t **chat, int *think, api_error *e)
 {
     json_t *out = *chat = json_object();
@@ -410,7 +434,7 @@ int anthropic_to_chat(const json_t *in, bool count, json_t **chat, int *think, a
         for (size_t i = 0; i < sizeof copy / sizeof copy[0]; i++)
             if ((v = member(in, copy[i])) && json_object_set(out, copy[i], v))
                 return oom(e);
-        if (stop_sequences(in, out, e))
+        if (stop_sequences(in, out, e) || output_format(in, out, e))
             return -1;
     }
     return messages(in, out, e) || tools(in, out, e) || tool_choice(in, out, e) ||
