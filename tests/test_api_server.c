@@ -612,6 +612,9 @@ TEST(api_server_anthropic)
     CHECK_STR(anthropic_error_type(buf), "invalid_request_error");
     CHECK_INT(request(&f, "POST", "/v1/messages", key, "{\"model\":", buf, sizeof buf), ==, 400);
     CHECK_STR(anthropic_error_type(buf), "invalid_request_error");
+    CHECK_INT(request(&f, "GET", "/metrics", key, NULL, buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "racimo_http_requests_total{endpoint=\"/v1/messages\",status=\"200\"} 3"));
+    CHECK(strstr(buf, "racimo_http_requests_total{endpoint=\"/v1/messages/count_tokens\",status=\"200\"} 2"));
     free(before);
     free(greedy);
     sb_free(&text);
