@@ -597,6 +597,16 @@ TEST(api_server_anthropic)
                       buf, sizeof buf), ==, 400);
     CHECK(strstr(buf, "image blocks are not supported"));
     CHECK_INT(request(&f, "POST", "/v1/messages", key, AMSG("\"max_tokens\":2,\"temperature\":1.5"), buf, sizeof buf), ==, 400);
+    /* an agent's ceiling beyond the context: until the context is full */
+    CHECK_INT(request(&f, "POST", "/v1/messages", key, AMSG("\"max_tokens\":32000"), buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    json_int_t used = json_integer_value(json_object_get(json_object_get(o, "usage"), "input_tokens")) +
+                      json_integer_value(json_object_get(json_object_get(o, "usage"), "output_tokens"));
+    if (!strcmp(str_at(o, "stop_reason", NULL), "max_tokens"))
+        CHECK(used == 256 || used == 257);      /* the last token sampled takes no room */
+    else                                        /* the model ended its answer first */
+        CHECK(!strcmp(str_at(o, "stop_reason", NULL), "end_turn") && used < 256);
+    json_decref(o);
     CHECK_INT(request(&f, "POST", "/v1/messages", key, AMSG("\"max_tokens\":2,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}"),
                       buf, sizeof buf), ==, 400);
     CHECK(strstr(buf, "does not support thinking"));
@@ -613,7 +623,7 @@ TEST(api_server_anthropic)
     CHECK_INT(request(&f, "POST", "/v1/messages", key, "{\"model\":", buf, sizeof buf), ==, 400);
     CHECK_STR(anthropic_error_type(buf), "invalid_request_error");
     CHECK_INT(request(&f, "GET", "/metrics", key, NULL, buf, sizeof buf), ==, 200);
-    CHECK(strstr(buf, "racimo_http_requests_total{endpoint=\"/v1/messages\",status=\"200\"} 3"));
+    CHECK(strstr(buf, "racimo_http_requests_total{endpoint=\"/v1/messages\",status=\"200\"} 4"));
     CHECK(strstr(buf, "racimo_http_requests_total{endpoint=\"/v1/messages/count_tokens\",status=\"200\"} 2"));
     free(before);
     free(greedy);

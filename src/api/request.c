@@ -792,7 +792,10 @@ int api_request_check(const api_request *r, int n_vocab, int n_ctx, api_error *e
             return api_fail(e, 400, "invalid_value", "prompt",
                             "prompt token %d is %d; the vocabulary has %d tokens", i,
                             r->prompt_ids[i], n_vocab);
-    if (r->max_tokens > n_ctx)
+    /* Anthropic's max_tokens is required, so agents send their own ceiling
+     * (32000 and more) whatever the model: beyond the context it means
+     * until the context is full, as the answer's stop_reason then says */
+    if (r->max_tokens > n_ctx && r->kind != API_ANTHROPIC_MESSAGES)
         return api_fail(e, 400, "invalid_value",
                         r->kind == API_OLLAMA_CHAT || r->kind == API_OLLAMA_GENERATE ?
                         "num_predict" : "max_tokens",
