@@ -313,6 +313,9 @@ static int tool_choice(const json_t *in, json_t *out, api_error *e)
                         "'tool_choice' must be an object with a string 'type'");
     json_t *tools = json_object_get(out, "tools");
     json_t *v;
+    if ((!strcmp(type, "any") || !strcmp(type, "tool")) && !json_array_size(tools))
+        return api_fail(e, 400, "invalid_value", "tool_choice",
+                        "tool_choice '%s' needs 'tools'", type);
     if (!strcmp(type, "auto") || !strcmp(type, "none")) {
         v = json_string(type);
     } else if (!strcmp(type, "any")) {
@@ -338,9 +341,6 @@ static int tool_choice(const json_t *in, json_t *out, api_error *e)
         return api_fail(e, 400, "invalid_value", "tool_choice",
                         "tool_choice type '%.40s': want auto, any, tool or none", type);
     }
-    if (strcmp(type, "auto") && strcmp(type, "none") && !json_array_size(tools))
-        return api_fail(e, 400, "invalid_value", "tool_choice",
-                        "tool_choice '%s' needs 'tools'", type);
     return !v || json_object_set_new(out, "tool_choice", v) ? oom(e) : 0;
 }
 
