@@ -104,6 +104,12 @@ typedef struct {
 int  api_request_parse(int kind, const char *body, size_t len, api_request *r, api_error *e);
 void api_request_free(api_request *r);       /* accepts a zeroed request */
 
+/* The grammar a body's structured-output field asks for (OpenAI
+ * response_format, Ollama format; request_format.c): 0 with *gbnf
+ * (rc_malloc'd) or NULL when none is asked for; -1 with *e (400 naming the
+ * field and, for a schema, the keyword it does not support). */
+int api_format_grammar(int kind, const json_t *o, char **gbnf, api_error *e);
+
 /* The checks that need the model: logit_bias ids in [0, n_vocab), and
  * max_tokens within the context of one sequence (n_ctx).  -1 with *e. */
 int api_request_check(const api_request *r, int n_vocab, int n_ctx, api_error *e);

@@ -37,7 +37,7 @@ static const struct { const char *name, *body, *uses[4]; } SHARED[] = {
     { "json-string", "\"\\\"\" json-char* \"\\\"\"", { "json-char" } },
     { "json-uint", "\"0\" | [1-9] [0-9]{0,15}", { NULL } },
     { "json-int", "\"-\"? json-uint", { "json-uint" } },
-    { "json-unumber", "json-uint ( \".\" [0-9]{1,16} )? ( [eE] [+-]? [0-9]{1,3} )?",
+    { "json-unumber", "json-uint ( \".\" [0-9]{1,16} )? ( [eE] [+-]? [0-9]{1,2} )?",
       { "json-uint" } },
     { "json-number", "\"-\"? json-unumber", { "json-unumber" } },
     { "json-value", "json-object | json-array | json-string | json-number | \"true\" | \"false\" "
@@ -1050,9 +1050,12 @@ int json_gbnf_add_schema(json_gbnf *g, const json_t *schema, const char *prefix,
     return rc;
 }
 
-const char *json_gbnf_any(json_gbnf *g, int any_value)
+const char *json_gbnf_shared(json_gbnf *g, const char *name)
 {
-    return need(g, any_value ? "json-value" : "json-object");
+    for (size_t i = 0; i < sizeof SHARED / sizeof SHARED[0]; i++)
+        if (!strcmp(SHARED[i].name, name))
+            return need(g, name);
+    return NULL;
 }
 
 int json_gbnf_add_rule(json_gbnf *g, const char *name, const char *body)
@@ -1095,5 +1098,5 @@ int json_object_gbnf(char **gbnf)
     json_gbnf *g;
     if (json_gbnf_new(&g))
         return RC_ENOMEM;
-    return finish(g, json_gbnf_any(g, 0), gbnf);
+    return finish(g, need(g, "json-object"), gbnf);
 }

@@ -22,7 +22,8 @@
  * Whitespace: wherever JSON allows it, at most one space, or one newline and up
  * to 20 spaces or tabs (rule `ws`), so a model that favours spaces cannot loop on
  * them; none before the first or after the last character of the top value.
- * Unbounded numbers have at most 16 integer and 16 fraction digits.
+ * Unbounded numbers have at most 16 integer and 16 fraction digits and a
+ * two-digit exponent (so that every number fits a double).
  */
 #ifndef RC_GRAMMAR_JSON_SCHEMA_H
 #define RC_GRAMMAR_JSON_SCHEMA_H
@@ -49,8 +50,9 @@ void json_gbnf_free(json_gbnf *g);            /* accepts NULL */
 int json_gbnf_add_schema(json_gbnf *g, const json_t *schema, const char *prefix, char *rule,
                          size_t rule_size);
 
-/* The rule matching any JSON object (any value when `any_value`); its name. */
-const char *json_gbnf_any(json_gbnf *g, int any_value);
+/* One of the shared rules ("ws", "json-string", "json-value", "json-object",
+ * ...), defined on first use; returns its name (NULL for an unknown one). */
+const char *json_gbnf_shared(json_gbnf *g, const char *name);
 
 /* Adds `name ::= body` verbatim (a wrapper such as a tool-call format; root). */
 int json_gbnf_add_rule(json_gbnf *g, const char *name, const char *body);
