@@ -446,17 +446,33 @@ static int get_tools(api_request *r, const json_t *o, api_error *e)
         } else if (!json_is_object(tc)) {
             return bad_type(e, "tool_choice", "a string or an object");
         } else {
-            r->tool_choice = TOOL_CHOICE_REQUIRED;   /* a named function: best effort */
+            /* {"type": "function", "function": {"name": ...}}: that function */
+            json_t *type = json_object_get(tc, "type");
+            json_t *name = json_object_get(json_object_get(tc, "function"), "name");
+            if (!json_is_string(name) || (type && !(json_is_string(type) &&
+                                                    !strcmp(json_string_value(type), "function"))))
+                return api_fail(e, 400, "invalid_value", "tool_choice",
+                                "tool_choice must be none, auto, required or {\"type\": "
+                                "\"function\", \"function\": {\"name\": ...}}");
+            r->tool_choice = TOOL_CHOICE_REQUIRED;
+            if (!(r->tool_choice_name = rc_strdup(json_string_value(name))))
+                return api_fail(e, 500, "out_of_memory", "tool_choice", "out of memory");
         }
     }
-    if (!tools)
-        return 0;
+    if (!tools || !json_array_size(tools)) {
+        if (r->tool_choice == TOOL_CHOICE_REQUIRED)
+            return api_fail(e, 400, "invalid_value", "tool_choice",
+                            "tool_choice asks for a tool call, but the request has no 'tools'");
+        if (!tools)
+            return 0;
+    }
     if (!json_is_array(tools))
         return bad_type(e, "tools", "an array");
     if (json_array_size(tools) > API_MAX_TOOLS)
         return api_fail(e, 400, "invalid_value", "tools", "at most %d tools", API_MAX_TOOLS);
     size_t i;
     json_t *t;
+    bool named = false;
     json_array_foreach(tools, i, t) {
         json_t *fn = json_is_object(t) ? json_object_get(t, "function") : NULL;
         json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
@@ -467,7 +483,14 @@ static int get_tools(api_request *r, const json_t *o, api_error *e)
         json_t *params = json_object_get(fn, "parameters");
         if (params && !json_is_object(params) && !json_is_null(params))
             return bad_type(e, "tools", "tools whose 'parameters' is a JSON schema object");
+        if (r->tool_choice_name &&
+            !strcmp(json_string_value(json_object_get(fn, "name")), r->tool_choice_name))
+            named = true;
     }
+    if (r->tool_choice_name && !named)
+        return api_fail(e, 400, "invalid_value", "tool_choice",
+                        "tool_choice names '%.64s', which is not among the tools",
+                        r->tool_choice_name);
     if (json_array_size(tools) && r->tool_choice != TOOL_CHOICE_NONE)
         r->tools = json_incref(tools);
     return 0;
@@ -736,6 +759,7 @@ void api_request_free(api_request *r)
     rc_free(r->model);
     json_decref(r->messages);
     json_decref(r->tools);
+    rc_free(r->tool_choice_name);
     json_decref(r->template_vars);
     rc_free(r->prompt);
     rc_free(r->prompt_ids);

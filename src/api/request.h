@@ -73,6 +73,7 @@ typedef struct {
     json_t *messages;
     json_t *tools;
     int tool_choice;          /* enum api_tool_choice */
+    char *tool_choice_name;   /* tool_choice naming one function (REQUIRED), or NULL */
     json_t *template_vars;    /* chat_template_kwargs: more variables for the template, or NULL */
     int reasoning_format;     /* enum api_reasoning_format (OpenAI chat) */
     int think;                /* enum api_think (Ollama chat and generate) */
