@@ -442,3 +442,24 @@ TEST_T(json_schema_random_documents, 300)
     }
     grammar_free(g);
 }
+
+/* The engine's mask: a token that is only a lead byte of a 3- or 4-byte
+ * character is allowed only where such a character may come (it was allowed
+ * before 'a', which let a random model write into a dead end). */
+TEST(grammar_lead_byte_needs_a_wide_character)
+{
+    grammar *g = compile("root ::= \"{\" ( \"a\" | [\\u0800-\\u0FFF] )");
+    grammar *ascii = compile("root ::= \"{\" \"a\"");
+    grammar_match *m, *n;
+    CHECK_OK(grammar_match_new(g, test_schema_vocab(), &m));
+    CHECK_OK(grammar_match_new(ascii, test_schema_vocab(), &n));
+    CHECK_OK(grammar_match_accept_text(m, "{", 1));
+    CHECK_OK(grammar_match_accept_text(n, "{", 1));
+    CHECK(grammar_match_accept_text(n, "\xe0", 1) != 0);
+    CHECK(grammar_match_accept_text(n, "\xf0", 1) != 0);
+    CHECK_OK(grammar_match_accept_text(m, "\xe0", 1));
+    grammar_match_free(m);
+    grammar_match_free(n);
+    grammar_free(g);
+    grammar_free(ascii);
+}
