@@ -409,6 +409,9 @@ static void start_gen(api_job *j)
     g->sampling = ar->sampling;
     g->max_tokens = ar->max_tokens;
     g->ignore_eos = ar->ignore_eos;
+    g->grammar = ar->grammar;
+    g->grammar_triggers = (const char *const *)ar->grammar_triggers;
+    g->n_grammar_triggers = ar->n_grammar_triggers;
     if (j->think_parse && ar->n_stops) {
         /* matched on the content only (in on_text), not in the reasoning */
         if (stop_new((const char *const *)ar->stops, ar->n_stops, &j->stop)) {

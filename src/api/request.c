@@ -234,7 +234,7 @@ static int get_openai_common(api_request *r, const json_t *o, api_error *e)
         return api_fail(e, 400, "invalid_value", "model", "'model' is empty");
     if (get_bool(o, "stream", &r->stream, e) || get_bool(o, "ignore_eos", &r->ignore_eos, e) ||
         get_openai_sampling(r, o, e) ||
-        get_stops(r, o, "stop", e))
+        get_stops(r, o, "stop", e) || api_request_get_grammar(r, o, e))
         return -1;
     if (get_int(o, "n", 1, 1 << 20, &v, &has, e))
         return -1;
@@ -692,7 +692,8 @@ static int get_ollama_common(api_request *r, const json_t *o, api_error *e)
     }
     if (!r->model || !r->model[0])
         return api_fail(e, 400, "missing_field", "model", "model is required");
-    if (get_bool(o, "stream", &r->stream, e) || get_ollama_options(r, o, e) || get_think(r, o, e))
+    if (get_bool(o, "stream", &r->stream, e) || get_ollama_options(r, o, e) ||
+        get_think(r, o, e) || api_request_get_grammar(r, o, e))
         return -1;
     json_t *fmt = field(o, "format");
     if (fmt && !(json_is_string(fmt) && json_string_length(fmt) == 0))
@@ -768,6 +769,9 @@ void api_request_free(api_request *r)
     rc_free(r->bias_values);
     for (int i = 0; i < r->n_stops; i++)
         rc_free(r->stops[i]);
+    rc_free(r->grammar);
+    for (int i = 0; i < r->n_grammar_triggers; i++)
+        rc_free(r->grammar_triggers[i]);
     memset(r, 0, sizeof *r);
 }
 
