@@ -187,7 +187,7 @@ test-e2e: build/rel/racimo
 	@cd tests/e2e && { [ -d node_modules/openai ] && [ -d node_modules/ollama ] || \
 	  npm ci --no-audit --no-fund --loglevel=error; } && \
 	  RACIMO_BIN=$(CURDIR)/build/rel/racimo node --test --test-reporter=tap \
-	  openai.test.mjs ollama.test.mjs protocol.test.mjs load.test.mjs
+	  openai.test.mjs ollama.test.mjs protocol.test.mjs load.test.mjs structured.test.mjs
 
 # test-cluster: real nodes in network namespaces on a bridge (needs root):
 # discovery, refusals, avahi-browse, a rogue mDNS responder, SIGKILL and a

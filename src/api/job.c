@@ -374,7 +374,8 @@ static int build_prompt(api_job *j, api_error *e)
     if (rc)
         return api_fail(e, 400, "invalid_prompt", ar->messages ? "messages" : "prompt",
                         "%s", rc_errmsg());
-    if (api_request_check(ar, tok_n_vocab(m->lm.tok), m->ep.n_ctx, e))
+    if (api_request_check(ar, tok_n_vocab(m->lm.tok), m->ep.n_ctx, e) ||
+        api_request_tool_grammar(ar, m->tool_format, m->lm.template_src, e))
         return -1;
     if (j->n_prompt == 0)
         return api_fail(e, 400, "invalid_value", "prompt", "the prompt has no tokens");

@@ -259,17 +259,7 @@ static int get_openai_common(api_request *r, const json_t *o, api_error *e)
         if (get_bool(so, "include_usage", &r->include_usage, e))
             return -1;
     }
-    json_t *rf = field(o, "response_format");
-    if (rf) {
-        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(t))
-            return bad_type(e, "response_format", "an object with a string 'type'");
-        if (strcmp(json_string_value(t), "text"))
-            return api_fail(e, 400, "unsupported_value", "response_format",
-                            "response_format '%.40s' needs constrained decoding, which racimo "
-                            "does not have yet; use 'text'", json_string_value(t));
-    }
-    return 0;
+    return api_request_get_format(r, o, e);
 }
 
 /* Message content: a string, or an array of {"type": "text", "text": ...}
@@ -695,11 +685,7 @@ static int get_ollama_common(api_request *r, const json_t *o, api_error *e)
     if (get_bool(o, "stream", &r->stream, e) || get_ollama_options(r, o, e) ||
         get_think(r, o, e) || api_request_get_grammar(r, o, e))
         return -1;
-    json_t *fmt = field(o, "format");
-    if (fmt && !(json_is_string(fmt) && json_string_length(fmt) == 0))
-        return api_fail(e, 400, "unsupported_value", "format",
-                        "'format' needs constrained decoding, which racimo does not have yet");
-    return 0;
+    return api_request_get_format(r, o, e);
 }
 
 static int parse_ollama_chat(api_request *r, const json_t *o, api_error *e)

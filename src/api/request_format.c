@@ -1,5 +1,5 @@
-/* request_format.c - structured output requests to grammar text: OpenAI's
- * response_format and Ollama's format.
+/* request_format.c - structured output requests to grammars: OpenAI's
+ * response_format, Ollama's format, and forced tool calls.
  *
  *   response_format {"type": "text"}               nothing
  *   response_format {"type": "json_object"}        any JSON object
@@ -9,8 +9,12 @@
  *   format "json"                                  any JSON object
  *   format {...}                                   the object is the schema
  * A schema the converter refuses is the client's 400, naming the keyword.
+ * Tool calls (api_request_tool_grammar) wait for the model: the grammar
+ * depends on its template's tool-call format.
  */
 #include "request.h"
+#include "tool_calls.h"
+#include "tool_grammar.h"
 #include "base/err.h"
 #include "base/mem.h"
 #include "grammar/json_schema.h"
@@ -93,4 +97,48 @@ int api_format_grammar(int kind, const json_t *o, char **gbnf, api_error *e)
     if (!v || json_is_null(v))
         return 0;
     return ollama ? ollama_format(v, gbnf, e) : openai_format(v, gbnf, e);
+}
+
+int api_request_get_format(api_request *r, const json_t *o, api_error *e)
+{
+    char *gbnf;
+    if (api_format_grammar(r->kind, o, &gbnf, e))
+        return -1;
+    if (!gbnf)
+        return 0;
+    const char *param = r->kind == API_OLLAMA_CHAT || r->kind == API_OLLAMA_GENERATE ?
+                        "format" : "response_format";
+    int rc = r->grammar ? api_fail(e, 400, "invalid_value", param,
+                                   "'grammar' and '%s' are both given; give one", param)
+                        : api_request_set_grammar(r, gbnf, strlen(gbnf), param, e);
+    rc_free(gbnf);
+    return rc;
+}
+
+int api_request_tool_grammar(api_request *r, int format, const char *template_src, api_error *e)
+{
+    if (!r->tools || r->tool_choice == TOOL_CHOICE_NONE)
+        return 0;
+    bool forced = r->tool_choice == TOOL_CHOICE_REQUIRED;
+    if (r->grammar)
+        return forced ? api_fail(e, 400, "invalid_value", "tool_choice",
+                                 "a forced tool call cannot also follow response_format or "
+                                 "grammar; give one") : 0;
+    if (format == TOOLS_NONE)
+        return forced ? api_fail(e, 400, "unsupported_value", "tool_choice",
+                                 "the model's chat template has no tool-call format, so a tool "
+                                 "call cannot be forced") : 0;
+    char *gbnf;
+    const char *trigger;
+    int rc = tool_grammar_build(format, template_src, r->tools, r->tool_choice_name, &gbnf,
+                                &trigger);
+    if (rc == RC_ENOMEM)
+        return api_fail(e, 500, "out_of_memory", "tools", "out of memory");
+    if (rc)    /* auto: unconstrained, as before grammars */
+        return forced ? api_fail(e, 400, "unsupported_schema", "tools", "%s", rc_errmsg()) : 0;
+    rc = api_request_set_grammar(r, gbnf, strlen(gbnf), "tools", e);
+    if (!rc && !forced)
+        rc = api_request_add_trigger(r, trigger, strlen(trigger), "tools", e);
+    rc_free(gbnf);
+    return rc;
 }

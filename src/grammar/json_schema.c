@@ -32,8 +32,16 @@ struct json_gbnf {
 /* name, body, and the shared rules the body uses. */
 static const struct { const char *name, *body, *uses[4]; } SHARED[] = {
     { "ws", "( \" \" | \"\\n\" [ \\t]{0,20} )?", { NULL } },
-    { "json-char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )",
-      { NULL } },
+    /* \u escapes of surrogates are left out: a lone one is invalid JSON to
+     * strict readers (jansson), and characters beyond the BMP can be written
+     * as themselves */
+    { "json-esc", "\"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] "
+                  "[0-9a-fA-F]{2} ) )", { NULL } },
+    { "json-char", "[^\"\\\\\\x00-\\x1F] | json-esc", { "json-esc" } },
+    /* for strings with a length bound: BMP characters only, so that the
+     * length is the same counted in code points (JSON Schema) or in UTF-16
+     * units (JavaScript, zod) */
+    { "json-char-bmp", "[^\"\\\\\\x00-\\x1F\\U00010000-\\U0010FFFF] | json-esc", { "json-esc" } },
     { "json-string", "\"\\\"\" json-char* \"\\\"\"", { "json-char" } },
     { "json-uint", "\"0\" | [1-9] [0-9]{0,15}", { NULL } },
     { "json-int", "\"-\"? json-uint", { "json-uint" } },
@@ -218,7 +226,7 @@ static int gen_string(conv *c, const json_t *s, gtext *e)
         gt_puts(e, need(c->g, "json-string"));
         return 0;
     }
-    gt_printf(e, "( \"\\\"\" %s", need(c->g, "json-char"));
+    gt_printf(e, "( \"\\\"\" %s", need(c->g, "json-char-bmp"));
     put_repeat(e, lo < 0 ? 0 : lo, hi);
     gt_puts(e, " \"\\\"\" )");
     return 0;

@@ -12,12 +12,17 @@
  * declared ones, whose names are not checked against the declared names); items, prefixItems, minItems, maxItems; anyOf and oneOf (as
  * alternation: oneOf's exclusivity is not enforced); allOf of object schemas
  * (merged); $ref into the same document (#, #/$defs/..., #/definitions/..., any
- * #/ pointer; recursion allowed); minLength / maxLength; format date, time,
- * date-time, uuid, email; pattern (see json_schema.c for the regex subset);
+ * #/ pointer; recursion allowed); minLength / maxLength (such a string holds
+ * only characters of the BMP, so that its length is the same in code points,
+ * as JSON Schema counts, and in UTF-16 units, as JavaScript and zod count);
+ * format date, time, date-time, uuid, email; pattern (see json_schema.c for the regex subset);
  * integer minimum / maximum / exclusiveMinimum / exclusiveMaximum; number
  * minimum 0; nullable (OpenAPI).  Annotations (title, description, default,
  * examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are
  * ignored.  Every other keyword is refused: the error names it and where it is.
+ *
+ * Strings never hold \u escapes of surrogates (a lone one is invalid JSON to
+ * strict readers; other characters can be written as themselves).
  *
  * Whitespace: wherever JSON allows it, at most one space, or one newline and up
  * to 20 spaces or tabs (rule `ws`), so a model that favours spaces cannot loop on
