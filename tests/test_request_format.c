@@ -3,6 +3,7 @@
 #include "test.h"
 #include "schema_util.h"
 #include "api/request.h"
+#include "api/reasoning.h"
 #include "api/tool_calls.h"
 #include "base/err.h"
 #include "base/mem.h"
@@ -171,7 +172,7 @@ TEST(request_tool_grammar)
     api_error e;
     /* required: forced from the first token */
     parse_chat(",\"tool_choice\":\"required\"", &r);
-    CHECK_OK(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, &e));
+    CHECK_OK(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, REASONING_NONE, &e));
     CHECK(r.grammar && r.n_grammar_triggers == 0);
     grammar *g = test_schema_compile(r.grammar);
     CHECK(test_schema_matches(g, "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": \"x\"}}\n</tool_call>"));
@@ -179,32 +180,32 @@ TEST(request_tool_grammar)
     api_request_free(&r);
     /* auto: lazy, from the opener */
     parse_chat("", &r);
-    CHECK_OK(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, &e));
+    CHECK_OK(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, REASONING_NONE, &e));
     CHECK(r.grammar && r.n_grammar_triggers == 1);
     CHECK_STR(r.grammar_triggers[0], "<tool_call>");
     api_request_free(&r);
     /* none, or a template without a format: nothing; required there: 400 */
     parse_chat(",\"tool_choice\":\"none\"", &r);
-    CHECK_OK(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, &e));
+    CHECK_OK(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, REASONING_NONE, &e));
     CHECK(r.grammar == NULL);
     api_request_free(&r);
     parse_chat("", &r);
-    CHECK_OK(api_request_tool_grammar(&r, TOOLS_NONE, NULL, &e));
+    CHECK_OK(api_request_tool_grammar(&r, TOOLS_NONE, NULL, REASONING_NONE, &e));
     CHECK(r.grammar == NULL);
     api_request_free(&r);
     parse_chat(",\"tool_choice\":\"required\"", &r);
-    CHECK_INT(api_request_tool_grammar(&r, TOOLS_NONE, NULL, &e), ==, -1);
+    CHECK_INT(api_request_tool_grammar(&r, TOOLS_NONE, NULL, REASONING_NONE, &e), ==, -1);
     CHECK_INT(e.status, ==, 400);
     api_request_free(&r);
     /* a response_format grammar stays with auto; with required it is a 400 */
     parse_chat(",\"response_format\":{\"type\":\"json_object\"}", &r);
     char *before = rc_strdup(r.grammar);
-    CHECK_OK(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, &e));
+    CHECK_OK(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, REASONING_NONE, &e));
     CHECK_STR(r.grammar, before);
     rc_free(before);
     api_request_free(&r);
     parse_chat(",\"response_format\":{\"type\":\"json_object\"},\"tool_choice\":\"required\"", &r);
-    CHECK_INT(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, &e), ==, -1);
+    CHECK_INT(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, REASONING_NONE, &e), ==, -1);
     CHECK_STR(e.param, "tool_choice");
     api_request_free(&r);
     /* a schema beyond the subset: auto goes without a grammar, required is a 400 */
@@ -213,12 +214,12 @@ TEST(request_tool_grammar)
     char body[1024];
     snprintf(body, sizeof body, hard, "");
     CHECK_OK(api_request_parse(API_OPENAI_CHAT, body, strlen(body), &r, &e));
-    CHECK_OK(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, &e));
+    CHECK_OK(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, REASONING_NONE, &e));
     CHECK(r.grammar == NULL);
     api_request_free(&r);
     snprintf(body, sizeof body, hard, ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"h\"}}");
     CHECK_OK(api_request_parse(API_OPENAI_CHAT, body, strlen(body), &r, &e));
-    CHECK_INT(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, &e), ==, -1);
+    CHECK_INT(api_request_tool_grammar(&r, TOOLS_HERMES, NULL, REASONING_NONE, &e), ==, -1);
     CHECK_STR(e.code, "unsupported_schema");
     CHECK(strstr(e.message, "minProperties") && strstr(e.message, "tool 'h'"));
     api_request_free(&r);

@@ -4,6 +4,7 @@
  * and random sentences, as a random-weight model writes them). */
 #include "test.h"
 #include "schema_util.h"
+#include "api/reasoning.h"
 #include "api/tool_calls.h"
 #include "api/tool_grammar.h"
 #include "base/err.h"
@@ -58,7 +59,7 @@ static grammar *build(int i, const char *only, const char **trigger)
     json_t *tools = json_loads(TOOLS, 0, NULL);
     char *gbnf;
     CHECK(tools != NULL);
-    if (tool_grammar_build(FORMATS[i].format, FORMATS[i].template_src, tools, only, &gbnf,
+    if (tool_grammar_build(FORMATS[i].format, FORMATS[i].template_src, tools, only, REASONING_NONE, &gbnf,
                            trigger))
         FAIL("%s: %s", tool_format_name(FORMATS[i].format), rc_errmsg());
     grammar *g = test_schema_compile(gbnf);
@@ -156,18 +157,45 @@ TEST(tool_grammar_errors)
     json_t *tools = json_loads(TOOLS, 0, NULL);
     char *gbnf = NULL;
     const char *trigger;
-    CHECK_INT(tool_grammar_build(TOOLS_HERMES, NULL, tools, "nope", &gbnf, &trigger), ==,
+    CHECK_INT(tool_grammar_build(TOOLS_HERMES, NULL, tools, "nope", REASONING_NONE, &gbnf, &trigger), ==,
               RC_ENOTFOUND);
     CHECK(strstr(rc_errmsg(), "nope"));
-    CHECK_INT(tool_grammar_build(TOOLS_NONE, NULL, tools, NULL, &gbnf, &trigger), ==,
+    CHECK_INT(tool_grammar_build(TOOLS_NONE, NULL, tools, NULL, REASONING_NONE, &gbnf, &trigger), ==,
               RC_EUNSUPPORTED);
     json_decref(tools);
     tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
                        "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\", "
                        "\"uniqueItems\": true}}}}}]", 0, NULL);
-    CHECK_INT(tool_grammar_build(TOOLS_HERMES, NULL, tools, NULL, &gbnf, &trigger), ==, RC_EINVAL);
+    CHECK_INT(tool_grammar_build(TOOLS_HERMES, NULL, tools, NULL, REASONING_NONE, &gbnf, &trigger), ==, RC_EINVAL);
     CHECK(strstr(rc_errmsg(), "tool 'f'") && strstr(rc_errmsg(), "'uniqueItems'") &&
           strstr(rc_errmsg(), "/properties/a"));
     CHECK(gbnf == NULL);
+    json_decref(tools);
+}
+
+/* A thinking model may think before a forced call: a whole block when it may
+ * open one, the rest of the block when the prompt opened it. */
+TEST(tool_grammar_after_thinking)
+{
+    json_t *tools = json_loads(TOOLS, 0, NULL);
+    static const char call[] = "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>";
+    char doc[512];
+    for (int mode = REASONING_AUTO; mode <= REASONING_OPEN; mode++) {
+        char *gbnf;
+        const char *trigger;
+        CHECK_OK(tool_grammar_build(TOOLS_HERMES, NULL, tools, NULL, mode, &gbnf, &trigger));
+        grammar *g = test_schema_compile(gbnf);
+        snprintf(doc, sizeof doc, "%sa < b, so </thin or <x/>.</think>\n\n%s",
+                 mode == REASONING_AUTO ? "<think>" : "", call);
+        CHECK(test_schema_matches(g, doc));
+        CHECK(test_schema_matches(g, call) == (mode == REASONING_AUTO));
+        snprintf(doc, sizeof doc, "%sno close %s", mode == REASONING_AUTO ? "<think>" : "", call);
+        CHECK(!test_schema_matches(g, doc));
+        snprintf(doc, sizeof doc, "%sx</think>y</think>%s", mode == REASONING_AUTO ? "<think>" : "",
+                 call);
+        CHECK(!test_schema_matches(g, doc));      /* nothing between the block and the calls */
+        grammar_free(g);
+        rc_free(gbnf);
+    }
     json_decref(tools);
 }

@@ -361,12 +361,13 @@ static int build_prompt(api_job *j, api_error *e)
         rc = registry_text_prompt(m, ar->prompt, true, &j->prompt, &j->n_prompt);
     }
     json_decref(vars);
+    int think = REASONING_NONE;
     if (rc == 0 && j->think_parse) {
         /* the template may have opened the block already (R1's prompt ends
          * with "<think>\n"); a raw prompt is its own tail */
         const char *tail = text ? text : ar->prompt ? ar->prompt : "";
-        reasoning_init(&j->split, reasoning_prompt_open(tail, strlen(tail)) ? REASONING_OPEN
-                                                                             : REASONING_AUTO);
+        think = reasoning_prompt_open(tail, strlen(tail)) ? REASONING_OPEN : REASONING_AUTO;
+        reasoning_init(&j->split, think);
     }
     rc_free(text);
     if (rc == RC_ENOMEM)
@@ -375,7 +376,7 @@ static int build_prompt(api_job *j, api_error *e)
         return api_fail(e, 400, "invalid_prompt", ar->messages ? "messages" : "prompt",
                         "%s", rc_errmsg());
     if (api_request_check(ar, tok_n_vocab(m->lm.tok), m->ep.n_ctx, e) ||
-        api_request_tool_grammar(ar, m->tool_format, m->lm.template_src, e))
+        api_request_tool_grammar(ar, m->tool_format, m->lm.template_src, think, e))
         return -1;
     if (j->n_prompt == 0)
         return api_fail(e, 400, "invalid_value", "prompt", "the prompt has no tokens");

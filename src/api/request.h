@@ -136,12 +136,14 @@ int api_format_grammar(int kind, const json_t *o, char **gbnf, api_error *e);
 int api_request_get_format(api_request *r, const json_t *o, api_error *e);
 /* Once the model is known: a chat request with tools gets the grammar its
  * tool_choice asks for in the template's tool-call `format` (tool_grammar.h):
- * required or a named function, forced from the first token; auto, lazy from
- * the format's opener (none when a tool's schema is beyond the supported
- * subset: auto worked without a grammar before).  Nothing for tool_choice none,
- * no tools, or a grammar from response_format / grammar (with required, a
- * 400).  -1 with *e. */
-int api_request_tool_grammar(api_request *r, int format, const char *template_src, api_error *e);
+ * required or a named function, forced from the first token (after a
+ * thinking block, as `reasoning`, enum reasoning_mode, says the answer
+ * starts); auto, lazy from the format's opener (none when a tool's schema is
+ * beyond the supported subset: auto worked without a grammar before).
+ * Nothing for tool_choice none, no tools, or a grammar from response_format /
+ * grammar (with required, a 400).  -1 with *e. */
+int api_request_tool_grammar(api_request *r, int format, const char *template_src, int reasoning,
+                             api_error *e);
 
 /* The checks that need the model: logit_bias ids in [0, n_vocab), and
  * max_tokens within the context of one sequence (n_ctx).  -1 with *e. */

@@ -13,6 +13,7 @@
  * depends on its template's tool-call format.
  */
 #include "request.h"
+#include "reasoning.h"
 #include "tool_calls.h"
 #include "tool_grammar.h"
 #include "base/err.h"
@@ -115,7 +116,8 @@ int api_request_get_format(api_request *r, const json_t *o, api_error *e)
     return rc;
 }
 
-int api_request_tool_grammar(api_request *r, int format, const char *template_src, api_error *e)
+int api_request_tool_grammar(api_request *r, int format, const char *template_src, int reasoning,
+                             api_error *e)
 {
     if (!r->tools || r->tool_choice == TOOL_CHOICE_NONE)
         return 0;
@@ -130,8 +132,9 @@ int api_request_tool_grammar(api_request *r, int format, const char *template_sr
                                  "call cannot be forced") : 0;
     char *gbnf;
     const char *trigger;
-    int rc = tool_grammar_build(format, template_src, r->tools, r->tool_choice_name, &gbnf,
-                                &trigger);
+    /* auto is lazy: the opener starts the grammar, wherever the thinking is */
+    int rc = tool_grammar_build(format, template_src, r->tools, r->tool_choice_name,
+                                forced ? reasoning : REASONING_NONE, &gbnf, &trigger);
     if (rc == RC_ENOMEM)
         return api_fail(e, 500, "out_of_memory", "tools", "out of memory");
     if (rc)    /* auto: unconstrained, as before grammars */

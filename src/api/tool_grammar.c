@@ -7,6 +7,7 @@
  * literals (names, markers) go through gt_literal so that any name is safe.
  */
 #include "tool_grammar.h"
+#include "reasoning.h"
 #include "tool_calls.h"
 #include "base/err.h"
 #include "base/mem.h"
@@ -128,6 +129,14 @@ static void root_rule(gtext *t, int format, bool variant)
     }
 }
 
+/* A thinking block's text: anything without "</think>" (a "<" is read with
+ * what follows it, so that the text cannot run past the closing tag), then
+ * the tag and a few blanks before the calls. */
+static const char THINK_TEXT[] = "( [^<] | \"<\" think-lt )*";
+static const char THINK_LT[] = "[^/] | \"/\" ( [^t] | \"t\" ( [^h] | \"h\" ( [^i] | \"i\" "
+                               "( [^n] | \"n\" ( [^k] | \"k\" [^>] ) ) ) ) )";
+#define THINK_REST "think-text \"</think>\" [ \\n]{0,4}"
+
 static const char *trigger_of(int format)
 {
     switch (format) {
@@ -141,7 +150,7 @@ static const char *trigger_of(int format)
 }
 
 int tool_grammar_build(int format, const char *template_src, const json_t *tools, const char *only,
-                       char **gbnf, const char **trigger)
+                       int reasoning, char **gbnf, const char **trigger)
 {
     if (!trigger_of(format))
         return rc_fail(RC_EUNSUPPORTED, "the model's template has no tool-call format");
@@ -178,18 +187,24 @@ int tool_grammar_build(int format, const char *template_src, const json_t *tools
                   : rc_fail(RC_EINVAL, "no tools");
     if (!rc && !(rc = gt_status(&call)))
         rc = json_gbnf_add_rule(g, "call", call.p);
-    gtext root = { 0 };
+    gtext calls = { 0 };
     if (!rc) {
-        root_rule(&root, format, variant);
-        if (!(rc = gt_status(&root)))
-            rc = json_gbnf_add_rule(g, "root", root.p);
+        root_rule(&calls, format, variant);
+        if (!(rc = gt_status(&calls)))
+            rc = json_gbnf_add_rule(g, "calls", calls.p);
     }
+    if (!rc && reasoning != REASONING_NONE && !(rc = json_gbnf_add_rule(g, "think-text", THINK_TEXT)))
+        rc = json_gbnf_add_rule(g, "think-lt", THINK_LT);
+    if (!rc)
+        rc = json_gbnf_add_rule(g, "root", reasoning == REASONING_OPEN ? THINK_REST " calls" :
+                                           reasoning == REASONING_AUTO ?
+                                           "( \"<think>\" " THINK_REST " )? calls" : "calls");
     if (!rc && !(*gbnf = rc_strdup(json_gbnf_text(g, NULL))))
         rc = rc_fail(RC_ENOMEM, "out of memory");
     if (!rc)
         *trigger = trigger_of(format);
     gt_free(&call);
-    gt_free(&root);
+    gt_free(&calls);
     json_gbnf_free(g);
     return rc;
 }

@@ -15,7 +15,10 @@
  *   kimi      <|tool_calls_section_begin|> calls <|tool_calls_section_end|>, each call
  *             <|tool_call_begin|>functions.name:N<|tool_call_argument_begin|>{...}<|tool_call_end|>
  * Nothing may come before the first call or after the last (the model ends
- * there).  The trigger is the text a format's calls start with, for a lazy
+ * there), but a thinking block when the model thinks (`reasoning`, enum
+ * reasoning_mode: REASONING_AUTO, a <think>...</think> block may come first;
+ * REASONING_OPEN, the prompt opened it, so the answer starts with the rest of
+ * the block and its </think>), then up to 4 newlines or spaces.  The trigger is the text a format's calls start with, for a lazy
  * grammar (tool_choice auto): the model writes freely until it opens a call.
  * tool_calls_parse reads back every sentence of these grammars.
  */
@@ -26,13 +29,14 @@
 
 #define TOOL_GRAMMAR_MAX_CALLS 8
 
-/* Builds the grammar for `format` (template_src picks the variant) over the
+/* Builds the grammar for `format` (template_src picks the variant; reasoning
+ * as above) over the
  * request's `tools` ([{"type": "function", "function": {"name", "parameters"}}]),
  * or only the one named `only` when it is not NULL.  0 with *gbnf
  * (rc_malloc'd) and *trigger (static text); RC_EINVAL with rc_errmsg() naming
  * the tool and the schema keyword it does not support, RC_ENOTFOUND when no
  * tool is named `only`, RC_EUNSUPPORTED for TOOLS_NONE, RC_ENOMEM. */
 int tool_grammar_build(int format, const char *template_src, const json_t *tools, const char *only,
-                       char **gbnf, const char **trigger);
+                       int reasoning, char **gbnf, const char **trigger);
 
 #endif
