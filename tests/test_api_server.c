@@ -787,6 +787,53 @@ TEST(api_server_anthropic_thinking)
     stop(&f);
 }
 
+/* `grammar` (llama.cpp's field) on every generating endpoint: the text
+ * matches it and ends where it must; a grammar that does not compile is a
+ * 400 that says where. */
+#define YESNO "\"grammar\":\"root ::= (\\\"yes\\\" | \\\"no\\\") \\\"!\\\"\""
+TEST(api_server_grammar)
+{
+    fixture f;
+    start(&f, NULL, 0, 2, 4);
+    static char buf[1 << 16];
+    wait_ready(&f);
+    for (int temp = 0; temp < 2; temp++) {
+        char body[512];
+        snprintf(body, sizeof body, CHAT(",\"max_tokens\":20,\"temperature\":%d,\"seed\":3," YESNO), temp);
+        CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL, body, buf, sizeof buf), ==, 200);
+        json_t *o = body_json(buf);
+        json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+        const char *content = str_at(json_object_get(ch, "message"), "content", NULL);
+        CHECK(content);
+        if (strcmp(content, "yes!") && strcmp(content, "no!"))
+            FAIL("content '%s'", content);
+        CHECK_STR(str_at(ch, "finish_reason", NULL), "stop");
+        json_decref(o);
+    }
+    CHECK_INT(request(&f, "POST", "/v1/completions", NULL,
+                      "{\"model\":\"tiny-Q8_0\",\"prompt\":\"x\",\"max_tokens\":20," YESNO "}", buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "\"text\":\"yes!\"") || strstr(buf, "\"text\":\"no!\""));
+    CHECK_INT(request(&f, "POST", "/api/generate", NULL,
+                      "{\"model\":\"tiny-Q8_0\",\"prompt\":\"x\",\"stream\":false," YESNO "}", buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "\"response\":\"yes!\"") || strstr(buf, "\"response\":\"no!\""));
+    CHECK_INT(request(&f, "POST", "/api/chat", NULL, CHAT(",\"stream\":false," YESNO), buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "\"content\":\"yes!\"") || strstr(buf, "\"content\":\"no!\""));
+    /* errors */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL,
+                      CHAT(",\"grammar\":\"root ::= \\\"a\\\"\\nitem ::= [a-\""), buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "\"param\":\"grammar\""));
+    CHECK(strstr(buf, "line 2"));
+    CHECK_INT(request(&f, "POST", "/api/generate", NULL,
+                      "{\"model\":\"tiny-Q8_0\",\"prompt\":\"x\",\"grammar\":\"root ::= other\"}", buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "other"));
+    CHECK_INT(request(&f, "POST", "/v1/completions", NULL,
+                      "{\"model\":\"tiny-Q8_0\",\"prompt\":\"x\",\"grammar\":7}", buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "'grammar' must be a string"));
+    /* the server goes on serving */
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2"), buf, sizeof buf), ==, 200);
+    stop(&f);
+}
+
 /* ---- HTTPS ---- */
 
 /* curl against the fixture over HTTPS (trusting `ca`, NULL: the system's

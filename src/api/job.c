@@ -385,12 +385,13 @@ static int build_prompt(api_job *j, api_error *e)
         rc = registry_text_prompt(m, ar->prompt, true, &j->prompt, &j->n_prompt);
     }
     json_decref(vars);
+    int think = REASONING_NONE;
     if (rc == 0 && j->think_parse) {
         /* the template may have opened the block already (R1's prompt ends
          * with "<think>\n"); a raw prompt is its own tail */
         const char *tail = text ? text : ar->prompt ? ar->prompt : "";
-        reasoning_init(&j->split, reasoning_prompt_open(tail, strlen(tail)) ? REASONING_OPEN
-                                                                             : REASONING_AUTO);
+        think = reasoning_prompt_open(tail, strlen(tail)) ? REASONING_OPEN : REASONING_AUTO;
+        reasoning_init(&j->split, think);
     }
     rc_free(text);
     if (rc == RC_ENOMEM)
@@ -398,7 +399,9 @@ static int build_prompt(api_job *j, api_error *e)
     if (rc)
         return api_fail(e, 400, "invalid_prompt", ar->messages ? "messages" : "prompt",
                         "%s", rc_errmsg());
-    if (api_request_check(ar, tok_n_vocab(m->lm.tok), m->ep.n_ctx, e))
+    if (api_request_check(ar, tok_n_vocab(m->lm.tok), m->ep.n_ctx, e) ||
+        (ar->kind != API_ANTHROPIC_COUNT &&       /* nothing is generated there */
+         api_request_tool_grammar(ar, m->tool_format, m->lm.template_src, think, e)))
         return -1;
     if (j->n_prompt == 0)
         return api_fail(e, 400, "invalid_value", "prompt", "the prompt has no tokens");
@@ -441,6 +444,9 @@ static void start_gen(api_job *j)
     g->sampling = ar->sampling;
     g->max_tokens = ar->max_tokens;
     g->ignore_eos = ar->ignore_eos;
+    g->grammar = ar->grammar;
+    g->grammar_triggers = (const char *const *)ar->grammar_triggers;
+    g->n_grammar_triggers = ar->n_grammar_triggers;
     if ((j->think_parse || ar->kind == API_ANTHROPIC_MESSAGES) && ar->n_stops) {
         /* matched on the content only (in on_text), not in the reasoning;
          * Anthropic's answer names the stop that matched (stop_matched) */

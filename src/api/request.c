@@ -234,7 +234,7 @@ static int get_openai_common(api_request *r, const json_t *o, api_error *e)
         return api_fail(e, 400, "invalid_value", "model", "'model' is empty");
     if (get_bool(o, "stream", &r->stream, e) || get_bool(o, "ignore_eos", &r->ignore_eos, e) ||
         get_openai_sampling(r, o, e) ||
-        get_stops(r, o, "stop", e))
+        get_stops(r, o, "stop", e) || api_request_get_grammar(r, o, e))
         return -1;
     if (get_int(o, "n", 1, 1 << 20, &v, &has, e))
         return -1;
@@ -259,17 +259,7 @@ static int get_openai_common(api_request *r, const json_t *o, api_error *e)
         if (get_bool(so, "include_usage", &r->include_usage, e))
             return -1;
     }
-    json_t *rf = field(o, "response_format");
-    if (rf) {
-        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(t))
-            return bad_type(e, "response_format", "an object with a string 'type'");
-        if (strcmp(json_string_value(t), "text"))
-            return api_fail(e, 400, "unsupported_value", "response_format",
-                            "response_format '%.40s' needs constrained decoding, which racimo "
-                            "does not have yet; use 'text'", json_string_value(t));
-    }
-    return 0;
+    return api_request_get_format(r, o, e);
 }
 
 /* Message content: a string, or an array of {"type": "text", "text": ...}
@@ -446,17 +436,33 @@ static int get_tools(api_request *r, const json_t *o, api_error *e)
         } else if (!json_is_object(tc)) {
             return bad_type(e, "tool_choice", "a string or an object");
         } else {
-            r->tool_choice = TOOL_CHOICE_REQUIRED;   /* a named function: best effort */
+            /* {"type": "function", "function": {"name": ...}}: that function */
+            json_t *type = json_object_get(tc, "type");
+            json_t *name = json_object_get(json_object_get(tc, "function"), "name");
+            if (!json_is_string(name) || (type && !(json_is_string(type) &&
+                                                    !strcmp(json_string_value(type), "function"))))
+                return api_fail(e, 400, "invalid_value", "tool_choice",
+                                "tool_choice must be none, auto, required or {\"type\": "
+                                "\"function\", \"function\": {\"name\": ...}}");
+            r->tool_choice = TOOL_CHOICE_REQUIRED;
+            if (!(r->tool_choice_name = rc_strdup(json_string_value(name))))
+                return api_fail(e, 500, "out_of_memory", "tool_choice", "out of memory");
         }
     }
-    if (!tools)
-        return 0;
+    if (!tools || !json_array_size(tools)) {
+        if (r->tool_choice == TOOL_CHOICE_REQUIRED)
+            return api_fail(e, 400, "invalid_value", "tool_choice",
+                            "tool_choice asks for a tool call, but the request has no 'tools'");
+        if (!tools)
+            return 0;
+    }
     if (!json_is_array(tools))
         return bad_type(e, "tools", "an array");
     if (json_array_size(tools) > API_MAX_TOOLS)
         return api_fail(e, 400, "invalid_value", "tools", "at most %d tools", API_MAX_TOOLS);
     size_t i;
     json_t *t;
+    bool named = false;
     json_array_foreach(tools, i, t) {
         json_t *fn = json_is_object(t) ? json_object_get(t, "function") : NULL;
         json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
@@ -467,7 +473,14 @@ static int get_tools(api_request *r, const json_t *o, api_error *e)
         json_t *params = json_object_get(fn, "parameters");
         if (params && !json_is_object(params) && !json_is_null(params))
             return bad_type(e, "tools", "tools whose 'parameters' is a JSON schema object");
+        if (r->tool_choice_name &&
+            !strcmp(json_string_value(json_object_get(fn, "name")), r->tool_choice_name))
+            named = true;
     }
+    if (r->tool_choice_name && !named)
+        return api_fail(e, 400, "invalid_value", "tool_choice",
+                        "tool_choice names '%.64s', which is not among the tools",
+                        r->tool_choice_name);
     if (json_array_size(tools) && r->tool_choice != TOOL_CHOICE_NONE)
         r->tools = json_incref(tools);
     return 0;
@@ -689,13 +702,10 @@ static int get_ollama_common(api_request *r, const json_t *o, api_error *e)
     }
     if (!r->model || !r->model[0])
         return api_fail(e, 400, "missing_field", "model", "model is required");
-    if (get_bool(o, "stream", &r->stream, e) || get_ollama_options(r, o, e) || get_think(r, o, e))
+    if (get_bool(o, "stream", &r->stream, e) || get_ollama_options(r, o, e) ||
+        get_think(r, o, e) || api_request_get_grammar(r, o, e))
         return -1;
-    json_t *fmt = field(o, "format");
-    if (fmt && !(json_is_string(fmt) && json_string_length(fmt) == 0))
-        return api_fail(e, 400, "unsupported_value", "format",
-                        "'format' needs constrained decoding, which racimo does not have yet");
-    return 0;
+    return api_request_get_format(r, o, e);
 }
 
 static int parse_ollama_chat(api_request *r, const json_t *o, api_error *e)
@@ -769,6 +779,7 @@ void api_request_free(api_request *r)
     rc_free(r->model);
     json_decref(r->messages);
     json_decref(r->tools);
+    rc_free(r->tool_choice_name);
     json_decref(r->template_vars);
     rc_free(r->prompt);
     rc_free(r->prompt_ids);
@@ -777,6 +788,9 @@ void api_request_free(api_request *r)
     rc_free(r->bias_values);
     for (int i = 0; i < r->n_stops; i++)
         rc_free(r->stops[i]);
+    rc_free(r->grammar);
+    for (int i = 0; i < r->n_grammar_triggers; i++)
+        rc_free(r->grammar_triggers[i]);
     memset(r, 0, sizeof *r);
 }
 

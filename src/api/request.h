@@ -43,6 +43,7 @@ enum api_kind {
 #define API_MAX_BIAS         1024        /* logit_bias entries */
 #define API_MAX_MESSAGES     4096
 #define API_MAX_TOOLS        256
+#define API_MAX_TRIGGERS     32          /* EXEC_MAX_TRIGGERS */
 
 enum api_tool_choice { TOOL_CHOICE_AUTO, TOOL_CHOICE_NONE, TOOL_CHOICE_REQUIRED };
 
@@ -79,6 +80,7 @@ typedef struct {
     json_t *messages;
     json_t *tools;
     int tool_choice;          /* enum api_tool_choice */
+    char *tool_choice_name;   /* tool_choice naming one function (REQUIRED), or NULL */
     json_t *template_vars;    /* chat_template_kwargs: more variables for the template, or NULL */
     int reasoning_format;     /* enum api_reasoning_format (OpenAI chat) */
     int think;                /* enum api_think (Ollama chat and generate; OpenAI's
@@ -102,6 +104,13 @@ typedef struct {
     bool ignore_eos;          /* llama.cpp's extension: generate past end-of-text */
     bool logprobs;            /* per-token log-probabilities wanted */
     int top_logprobs;         /* alternatives per token (0..20) */
+    /* Constrained output: a GBNF grammar the generated text must match, or
+     * NULL, and its lazy triggers (none: active from the first token).  Set
+     * through api_request_set_grammar / api_request_add_trigger (from the
+     * `grammar` field, or made from a schema or the tools). */
+    char *grammar;
+    char *grammar_triggers[API_MAX_TRIGGERS];
+    int n_grammar_triggers;
 } api_request;
 
 /* Parses `len` bytes of JSON for endpoint `kind` into *r (zeroed first).
@@ -110,6 +119,38 @@ typedef struct {
  * api_request_free. */
 int  api_request_parse(int kind, const char *body, size_t len, api_request *r, api_error *e);
 void api_request_free(api_request *r);       /* accepts a zeroed request */
+
+/* Gives the request a grammar (len bytes of GBNF; replaces one set
+ * before), checked by compiling it: -1 with *e (400, naming `param`, the
+ * line and column) when it does not compile. */
+int api_request_set_grammar(api_request *r, const char *gbnf, size_t len, const char *param,
+                            api_error *e);
+/* The parsers' part: the body's `grammar` (a GBNF string, as llama.cpp's
+ * server takes it; "" is none).  -1 with *e. */
+int api_request_get_grammar(api_request *r, const json_t *o, api_error *e);
+/* Makes the grammar lazy: it applies once `trigger` (1..256 bytes, no NUL)
+ * appears in the output, from the trigger's first byte on.  -1 with *e. */
+int api_request_add_trigger(api_request *r, const char *trigger, size_t len, const char *param,
+                            api_error *e);
+
+/* The grammar a body's structured-output field asks for (OpenAI
+ * response_format, Ollama format; request_format.c): 0 with *gbnf
+ * (rc_malloc'd) or NULL when none is asked for; -1 with *e (400 naming the
+ * field and, for a schema, the keyword it does not support). */
+int api_format_grammar(int kind, const json_t *o, char **gbnf, api_error *e);
+/* The parsers' part: that grammar given to the request (a 400 when the body
+ * also has `grammar`).  -1 with *e. */
+int api_request_get_format(api_request *r, const json_t *o, api_error *e);
+/* Once the model is known: a chat request with tools gets the grammar its
+ * tool_choice asks for in the template's tool-call `format` (tool_grammar.h):
+ * required or a named function, forced from the first token (after a
+ * thinking block, as `reasoning`, enum reasoning_mode, says the answer
+ * starts); auto, lazy from the format's opener (none when a tool's schema is
+ * beyond the supported subset: auto worked without a grammar before).
+ * Nothing for tool_choice none, no tools, or a grammar from response_format /
+ * grammar (with required, a 400).  -1 with *e. */
+int api_request_tool_grammar(api_request *r, int format, const char *template_src, int reasoning,
+                             api_error *e);
 
 /* The checks that need the model: logit_bias ids in [0, n_vocab), and
  * max_tokens within the context of one sequence (n_ctx).  -1 with *e. */

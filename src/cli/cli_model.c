@@ -4,7 +4,9 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "base/os.h"
+#include "grammar/grammar.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +81,8 @@ const char cli_gen_opts_help[] =
     "  --stop TEXT            stop before TEXT (repeatable)\n"
     "  --exact                f32 activations on decoded weights and an f32 KV cache\n"
     "                         (slow reference path)\n"
+    "  --grammar-file F       the output must match the GBNF grammar in F (llama.cpp's\n"
+    "                         format; root rule `root`)\n"
     "  --cache-type T         KV cache elements: f16 (default, as llama.cpp), q8_0 (a\n"
     "                         little over half of f16) or f32\n"
     "  --chat-template-file F use the Jinja template in F instead of the model's\n";
@@ -102,6 +106,33 @@ static int want_long(const char *opt, const char *v, long lo, long hi, long *out
         return -1;
     }
     return 1;
+}
+
+/* Reads and compiles a GBNF file, so that a mistake is told before the
+ * model loads. */
+static int read_grammar(cli_gen_opts *o, const char *path)
+{
+    char *text = cli_read_file(path);
+    if (!text) {
+        fprintf(stderr, "racimo: cannot read the grammar file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    grammar *g = NULL;
+    if (grammar_compile(text, strlen(text), &g)) {
+        fprintf(stderr, "racimo: %s: %s\n", path, rc_errmsg());
+        rc_free(text);
+        return -1;
+    }
+    grammar_free(g);
+    rc_free(o->grammar);
+    o->grammar = text;
+    return 1;
+}
+
+void cli_gen_opts_free(cli_gen_opts *o)
+{
+    rc_free(o->grammar);
+    o->grammar = NULL;
 }
 
 int cli_gen_opt(cli_gen_opts *o, int argc, char **argv, int *i)
@@ -152,6 +183,11 @@ int cli_gen_opt(cli_gen_opts *o, int argc, char **argv, int *i)
     if (!strcmp(a, "--exact")) {
         o->exact = true;
         return 1;
+    }
+    if (!strcmp(a, "--grammar-file")) {
+        if (!v) { fprintf(stderr, "racimo: --grammar-file needs a value\n"); return -1; }
+        (*i)++;
+        return read_grammar(o, v);
     }
 #undef TAKE
     return 0;

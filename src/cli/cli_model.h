@@ -31,9 +31,11 @@ typedef struct {
     bool exact;
     int cache_type;          /* KV cache elements; -1 until --cache-type: f16, or f32
                                 with --exact (cli_engine) */
+    char *grammar;           /* --grammar-file's GBNF (checked), or NULL; owned */
 } cli_gen_opts;
 
 void cli_gen_opts_default(cli_gen_opts *o);
+void cli_gen_opts_free(cli_gen_opts *o);
 
 /* Consumes argv[*i] (and its value) if it is a generation option; returns
  * 1 if consumed, 0 if not one, -1 (after a message) if its value is bad. */

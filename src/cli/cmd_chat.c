@@ -172,7 +172,7 @@ int cmd_chat(int argc, char **argv)
             continue;
         }
         answer ans = { 0 };
-        gen_request req = { .prompt = ids, .n_prompt = (int)n_ids, .sampling = o.sampling,
+        gen_request req = { .prompt = ids, .n_prompt = (int)n_ids, .sampling = o.sampling, .grammar = o.grammar,
                             .max_tokens = (int)o.n_predict, .stops = o.stops,
                             .n_stops = o.n_stops, .user = &ans, .on_text = on_text,
                             .on_done = on_done };
@@ -205,6 +205,7 @@ int cmd_chat(int argc, char **argv)
 out:
     engine_free(e);
     lm_close(&cm);
+    cli_gen_opts_free(&o);
     json_decref(messages);
     return rc;
 }

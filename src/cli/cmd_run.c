@@ -100,7 +100,7 @@ int cmd_run(int argc, char **argv)
     if (cli_engine(&cm, &o, &e))
         goto out;
     gen_result res = { 0 };
-    gen_request req = { .prompt = ids, .n_prompt = (int)n_ids, .sampling = o.sampling,
+    gen_request req = { .prompt = ids, .n_prompt = (int)n_ids, .sampling = o.sampling, .grammar = o.grammar,
                         .max_tokens = (int)o.n_predict, .stops = o.stops, .n_stops = o.n_stops,
                         .user = &res, .on_text = print_text, .on_done = done };
     if (engine_submit(e, &req)) {
@@ -126,6 +126,7 @@ out:
     engine_free(e);
     rc_free(ids);
     lm_close(&cm);
+    cli_gen_opts_free(&o);
     rc_free(owned);
     return rc;
 }

@@ -29,7 +29,7 @@ void pl__from_f16(const uint8_t *d, float *x, size_t n)
     }
 }
 
-void pl__put_start(wbuf *w, const exec_start *s, bool generated)
+void pl__put_start(wbuf *w, const exec_start *s, uint32_t flags)
 {
     wb_i32(w, s->seq);
     wb_i32(w, s->keep);
@@ -50,13 +50,56 @@ void pl__put_start(wbuf *w, const exec_start *s, bool generated)
     }
     wb_i32(w, s->n_prompt);
     wb_put(w, s->prompt, (size_t)s->n_prompt * 4);
-    if (generated) {
+    if (flags & ENC_STARTS_GENERATED) {
         wb_i32(w, s->n_generated);
         wb_put(w, s->generated, (size_t)s->n_generated * 4);
     }
+    if (flags & ENC_STARTS_GRAMMAR) {
+        wb_i32(w, s->grammar ? s->grammar_len : 0);
+        if (s->grammar)
+            wb_put(w, s->grammar, (size_t)s->grammar_len);
+        wb_i32(w, s->n_triggers);
+        for (int i = 0; i < s->n_triggers; i++) {
+            size_t n = strlen(s->triggers[i]);
+            wb_i32(w, (int32_t)n);
+            wb_put(w, s->triggers[i], n + 1);   /* with its NUL: read in place */
+        }
+    }
 }
 
-void pl__get_start(rbuf *r, wire_start *ws, bool generated)
+/* A start's grammar: its text and triggers stay in the message (each
+ * trigger checked to end in its NUL and hold no other). */
+static void get_grammar(rbuf *r, wire_start *ws)
+{
+    exec_start *s = &ws->s;
+    int32_t n = rb_i32(r);
+    if (n < 0 || n > MAX_GRAMMAR_WIRE) {
+        r->bad = true;
+        return;
+    }
+    s->grammar_len = n;
+    s->grammar = n ? (const char *)rb_get(r, (size_t)n) : NULL;
+    int32_t nt = rb_i32(r);
+    if (nt < 0 || nt > EXEC_MAX_TRIGGERS) {
+        r->bad = true;
+        return;
+    }
+    for (int i = 0; i < nt && !r->bad; i++) {
+        int32_t tl = rb_i32(r);
+        if (tl <= 0 || tl > EXEC_MAX_TRIGGER_LEN) {
+            r->bad = true;
+            return;
+        }
+        const char *t = (const char *)rb_get(r, (size_t)tl + 1);
+        if (!r->bad && (t[tl] != 0 || memchr(t, 0, (size_t)tl)))
+            r->bad = true;
+        ws->trig[i] = t;
+    }
+    s->n_triggers = nt;
+    s->triggers = ws->trig;
+}
+
+void pl__get_start(rbuf *r, wire_start *ws, uint32_t flags)
 {
     exec_start *s = &ws->s;
     memset(ws, 0, sizeof *ws);
@@ -87,13 +130,15 @@ void pl__get_start(rbuf *r, wire_start *ws, bool generated)
     }
     s->n_prompt = np;
     s->prompt = rb_get(r, (size_t)np * 4);   /* may be unaligned: copied before use */
-    if (!generated)
-        return;
-    int32_t ng = rb_i32(r);
-    if (ng < 0 || ng > (1 << 24)) {
-        r->bad = true;
-        return;
+    if (flags & ENC_STARTS_GENERATED) {
+        int32_t ng = rb_i32(r);
+        if (ng < 0 || ng > (1 << 24)) {
+            r->bad = true;
+            return;
+        }
+        s->n_generated = ng;
+        s->generated = rb_get(r, (size_t)ng * 4);
     }
-    s->n_generated = ng;
-    s->generated = rb_get(r, (size_t)ng * 4);
+    if (flags & ENC_STARTS_GRAMMAR)
+        get_grammar(r, ws);
 }

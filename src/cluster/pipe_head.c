@@ -145,14 +145,15 @@ static int head_submit(engine_exec *x, const exec_batch *b)
     wb_put(&w, self_raw, WIRE_ID_BYTES);
     wb_u32(&w, h->inst);
     wb_u32(&w, (uint32_t)b->group);
-    bool generated = false;
+    uint32_t flags = 0;
     for (int i = 0; i < b->n_starts; i++)
-        generated |= b->starts[i].n_generated > 0;
-    wb_u32(&w, ENC_NONE | (generated ? ENC_STARTS_GENERATED : 0));
+        flags |= (b->starts[i].n_generated > 0 ? ENC_STARTS_GENERATED : 0) |
+                 (b->starts[i].grammar ? ENC_STARTS_GRAMMAR : 0);
+    wb_u32(&w, ENC_NONE | flags);
     wb_u32(&w, (uint32_t)b->n_starts);
     wb_u32(&w, (uint32_t)b->rows.n_rows);
     for (int i = 0; i < b->n_starts; i++)
-        pl__put_start(&w, &b->starts[i], generated);
+        pl__put_start(&w, &b->starts[i], flags);
     const int n = b->rows.n_rows;
     wb_put(&w, b->rows.token, (size_t)n * 4);
     wb_put(&w, b->rows.pos, (size_t)n * 4);

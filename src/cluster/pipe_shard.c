@@ -277,7 +277,8 @@ int pl__shard_reduce(void *ud, float *x, int n_rows, int width)
  * sampler ranks (biased and penalised: this shard keeps copies of the
  * samplers), best first, ties to the lower id as in the sampler, with their
  * raw logits: shard 0 biases and penalises them itself, and the tokens it
- * does not get could not have been drawn. */
+ * does not get could not have been drawn.  A slot with a grammar ranks
+ * only the tokens the grammar allows. */
 static void cands_row(stage_inst *si, int slot, float *row, wbuf *w)
 {
     const model_shard *sh = &si->m->shard;
@@ -293,6 +294,10 @@ static void cands_row(stage_inst *si, int slot, float *row, wbuf *w)
         wb_put(w, mine, (size_t)n * 4);
         return;
     }
+    /* a grammar's refused tokens are not candidates (shard 0 masks only its
+     * own columns).  Should the mask fail (a grammar too ambiguous), the
+     * row goes unmasked: shard 0 checks every token it draws anyway. */
+    (void)sample_set_constrain(si->ss, slot, row);
     memcpy(si->raw, mine, (size_t)n * 4);
     sampler_prepare(smp, row);
     int m = sampler_best(row, sh->vocab0, n, k, si->heap, si->best);

@@ -182,6 +182,8 @@ static int stage_load(stage_inst *si)
         return rc_fail(RC_ENOMEM, "out of memory for the shard's sums");
     if (last && (rc = sample_set_new(si->n_seq, hp->n_vocab, &si->ss)))
         return rc;
+    if (si->ss)   /* grammars: the tokenizer is loaded from the file when one comes */
+        sample_set_use_file(si->ss, si->m->file);
     if (si->n_ranks > 1 && si->rank > 0) {
         si->unseen = rc_calloc((size_t)si->n_seq, sizeof *si->unseen);
         si->raw = rc_malloc(((size_t)si->m->shard.n_vocab + 1) * sizeof(float));
@@ -205,8 +207,8 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
     rb_u32(&r);                                 /* instance: checked by the router */
     uint32_t group = rb_u32(&r), enc = rb_u32(&r), n_starts = rb_u32(&r),
              n_rows = rb_u32(&r);
-    const uint32_t flags = enc & ENC_STARTS_GENERATED;
-    enc &= ~ENC_STARTS_GENERATED;
+    const uint32_t flags = enc & ENC_STARTS_FLAGS;
+    enc &= ~ENC_STARTS_FLAGS;
     const model_hparams *hp = &si->m->hp;
     const int E = hp->n_embd;
     bool first = si->first == 0, last = si->last == hp->n_layer;
@@ -217,7 +219,7 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
     }
     for (uint32_t i = 0; i < n_starts; i++) {
         wire_start ws;
-        pl__get_start(&r, &ws, flags != 0);
+        pl__get_start(&r, &ws, flags);
         if (r.bad) {
             stage_send_error(si, group, "malformed sequence start");
             return;

@@ -69,6 +69,11 @@ enum { ENC_NONE = 0, ENC_F16 = 1, ENC_F32 = 2 };
  * does, so batches of nodes of 1.2 and older still read; such a node
  * refuses a flagged batch (an unknown encoding) rather than misread it. */
 #define ENC_STARTS_GENERATED 0x100u
+/* Likewise (protocol 2.2): the starts carry grammars (exec.h); set only
+ * when one has one, so that a 2.1 node refuses such a batch. */
+#define ENC_STARTS_GRAMMAR 0x200u
+#define ENC_STARTS_FLAGS (ENC_STARTS_GENERATED | ENC_STARTS_GRAMMAR)
+#define MAX_GRAMMAR_WIRE (1 << 20)   /* GRAMMAR_MAX_TEXT */
 #define BATCH_HDR (WIRE_ID_BYTES + 5 * 4)
 #define MAX_BIAS_WIRE 1000000
 /* The revision of how shards cut a model (model_shard_plan): 2 since
@@ -303,17 +308,20 @@ bool pl__enqueue_locked(stage_inst *si, msg **head, msg **tail, int *n, size_t *
  * not hold mu. */
 int pl__send_to(pipeline *p, const char *to, int type, const void *d, size_t n);
 
-/* A start read in place: the bias pairs and prompt stay in the message. */
+/* A start read in place: the bias pairs, prompt, grammar and triggers stay
+ * in the message (s.triggers points at trig: use the struct where it is). */
 typedef struct {
     exec_start s;
     const uint8_t *bias;      /* n_bias (i32, f32) pairs */
+    const char *trig[EXEC_MAX_TRIGGERS];
 } wire_start;
 
 /* pipe_codec.c */
 void pl__to_f16(const float *x, uint8_t *d, size_t n);
 void pl__from_f16(const uint8_t *d, float *x, size_t n);
-void pl__put_start(wbuf *w, const exec_start *s, bool generated);
-void pl__get_start(rbuf *r, wire_start *ws, bool generated);
+/* flags: ENC_STARTS_* (what the batch's starts carry) */
+void pl__put_start(wbuf *w, const exec_start *s, uint32_t flags);
+void pl__get_start(rbuf *r, wire_start *ws, uint32_t flags);
 
 /* pipe_shard.c */
 int pl__shard_reduce(void *ud, float *x, int n_rows, int width);

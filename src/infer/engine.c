@@ -179,6 +179,7 @@ int engine_new(const model *m, const tokenizer *tok, const engine_params *p, eng
     if ((rc = engine_init(e, tok, m->hp.n_vocab, p)) || (rc = stage_new(m, &sp, &e->st)) ||
         (rc = exec_local_new(e->st, p->n_seq, &e->x)) || (rc = engine_groups(e)))
         goto fail;
+    exec_local_use_tokenizer(e->x, tok);
     *out = e;
     return 0;
 fail:
@@ -453,7 +454,12 @@ static int accept_token(engine *e, slot *s, const exec_sampled *x)
     gen_request *r = s->req;
     int32_t t = x->token;
     if (t < 0) {
-        finish(e, s, GEN_ERROR, "every token is banned by logit_bias");
+        finish(e, s, GEN_ERROR,
+               t == EXEC_GRAMMAR_BANNED ? "the grammar allows no token here (logit_bias bans "
+                                          "every token it allows, or the text after a lazy "
+                                          "grammar's trigger does not match it)"
+               : t == EXEC_GRAMMAR_LIMIT ? "the grammar is too ambiguous to follow here"
+               : "every token is banned by logit_bias");
         return 1;
     }
     if (t >= e->n_vocab) {
@@ -467,7 +473,9 @@ static int accept_token(engine *e, slot *s, const exec_sampled *x)
                          .top_ids = x->top_ids, .top_logprobs = x->top_lp };
         r->on_token(r, &gt);
     }
-    if (!r->ignore_eos && tok_is_eog(e->tok, t)) {
+    /* a grammar decides where its text ends: it allows end-of-generation
+     * only there, and only that when it can go no further */
+    if ((!r->ignore_eos || r->grammar) && tok_is_eog(e->tok, t)) {
         finish(e, s, GEN_STOP, NULL);
         return 1;
     }
@@ -642,6 +650,10 @@ static int submit_group(engine *e, int g)
             st->generated = s->feed + r->n_prompt;
             st->n_generated = s->n_feed - r->n_prompt;
             st->n_logprobs = r->n_logprobs;
+            st->grammar = r->grammar;
+            st->grammar_len = r->grammar ? (int)strlen(r->grammar) : 0;
+            st->triggers = r->grammar_triggers;
+            st->n_triggers = r->n_grammar_triggers;
             s->need_start = false;
         }
         int chunk = s->n_feed - s->n_fed;

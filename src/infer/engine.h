@@ -72,6 +72,12 @@ struct gen_request {
      * parse them.  Other control tokens give no text. */
     const int32_t *text_tokens;
     int n_text_tokens;
+    /* A GBNF grammar the output must match (NUL-terminated), or NULL; with
+     * triggers a lazy one (exec.h's exec_start).  With a grammar an
+     * end-of-generation token ends the request even with ignore_eos. */
+    const char *grammar;
+    const char *const *grammar_triggers;
+    int n_grammar_triggers;
     void *user;
     /* Called on the engine thread.  on_text gets valid UTF-8 text (never
      * part of a stop string); on_token, if set, each sampled token. */

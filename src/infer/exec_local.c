@@ -93,8 +93,14 @@ int exec_local_new(stage *st, int n_seq, engine_exec **out)
         local_free(&l->x);
         return rc ? rc : rc_fail(RC_ENOMEM, "out of memory for the executor");
     }
+    sample_set_use_file(l->ss, m->file);
     *out = &l->x;
     return 0;
+}
+
+void exec_local_use_tokenizer(engine_exec *x, const tokenizer *tok)
+{
+    sample_set_use_tokenizer(((exec_local *)x)->ss, tok);
 }
 
 int exec_local_new_owned(model *m, const stage_params *sp, engine_exec **out)

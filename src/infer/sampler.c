@@ -426,14 +426,24 @@ static int top_p_select(cand *c, int n, double want)
     }
 }
 
+void sampler_skip_draw(sampler *s)
+{
+    if (s->p.temperature > 0.0f)
+        (void)rng_uniform(&s->rng);
+}
+
 int32_t sampler_sample(sampler *s, float *logits)
+{
+    sampler_prepare(s, logits);
+    return sampler_sample_prepared(s, logits);
+}
+
+int32_t sampler_sample_prepared(sampler *s, const float *logits)
 {
     const sampler_params *p = &s->p;
     cand *c = s->cand;
     int n = 0, sorted = 0;
     float lmax = -INFINITY;
-
-    sampler_prepare(s, logits);
 
     if (!(p->temperature > 0.0f)) {
         int32_t best = -1;

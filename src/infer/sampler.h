@@ -99,6 +99,17 @@ void sampler_reset(sampler *s);
  * takes exactly one number from the generator. */
 int32_t sampler_sample(sampler *s, float *logits);
 
+/* The rest of the chain on a row that sampler_prepare has biased and
+ * penalised (logits unchanged): what sampler_sample does after it.  A
+ * grammar (sample_set.c) draws from a row, then, when the grammar refuses
+ * the token, from the same row masked, without biasing it twice. */
+int32_t sampler_sample_prepared(sampler *s, const float *logits);
+
+/* Moves the random stream past one draw (none when greedy), as a sampling
+ * call would: keeps the number of draws per token fixed when a second
+ * draw was not needed, so that a replay (sampler_replay) can count them. */
+void sampler_skip_draw(sampler *s);
+
 /* The first two links of the chain: adds the logit bias and applies the
  * penalties to logits[n_vocab] in place, as sampler_sample does before it
  * draws.  Does not change s.  (A tensor-parallel shard that holds part of

@@ -81,8 +81,8 @@ test('generate: template applied unless raw, seeds reproduce, stop strings', asy
 test('errors: unknown model, bad options, format, empty messages', async () => {
   await assert.rejects(ollama.chat({ model: 'nope', messages: [{ role: 'user', content: 'x' }], stream: false }),
     (e) => e.status_code === 404 && /not found/.test(e.error));
-  await assert.rejects(ollama.chat({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], format: 'json', stream: false }),
-    (e) => e.status_code === 400 && /constrained decoding/.test(e.error));
+  await assert.rejects(ollama.chat({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], format: 'yaml', stream: false }),
+    (e) => e.status_code === 400 && /yaml/.test(e.error));
   await assert.rejects(ollama.chat({ model: 'tiny', messages: [], stream: false }), (e) => e.status_code === 400);
   await assert.rejects(ollama.generate({ model: 'tiny', prompt: 'x', options: { temperature: 'hot' }, stream: false }),
     (e) => e.status_code === 400 && /temperature/.test(e.error));

@@ -166,7 +166,7 @@ test('errors come back as OpenAI errors the client understands', async () => {
   await bad({ max_tokens: 100000000 }, 400, /max_tokens/);
   await bad({ max_tokens: 1000 }, 400, /context/);
   await bad({ temperature: 'hot' }, 400, /temperature/);
-  await bad({ response_format: { type: 'json_object' } }, 400, /constrained decoding/);
+  await bad({ response_format: { type: 'xml' } }, 400, /xml/);
   await bad({ messages: [{ role: 'wizard', content: 'x' }] }, 400, /role/);
   await bad({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 400, /image_url/);
   await bad({ logit_bias: { 999999: 5 } }, 400, /vocabulary/);
