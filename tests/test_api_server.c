@@ -700,6 +700,68 @@ TEST(api_server_anthropic_tools)
              "{\"type\":\"tool\",\"name\":\"other\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", tool);
     CHECK_INT(request(&f, "POST", "/v1/messages", NULL, abody, buf, sizeof buf), ==, 400);
     CHECK(strstr(buf, "not in 'tools'"));
+    /* tool_choice any: the call is forced (the template writes Hermes'
+     * <tool_call>); whole and streamed, the same tool_use blocks */
+#define FORCED_TOOL "{\"model\":\"tiny-Q8_0\",\"max_tokens\":180,\"temperature\":0,\"tools\":[{\"name\":\"f\"," \
+    "\"input_schema\":{\"type\":\"object\",\"properties\":{\"c\":{\"enum\":[\"P\",\"L\"]}},\"required\":[\"c\"]," \
+    "\"additionalProperties\":false}}],\"tool_choice\":{\"type\":\"any\"},\"messages\":[{\"role\":\"user\",\"content\":\"w\"}]"
+    CHECK_INT(request(&f, "POST", "/v1/messages", NULL, FORCED_TOOL "}", buf, sizeof buf), ==, 200);
+    o = body_json(buf);
+    CHECK_STR(str_at(o, "stop_reason", NULL), "tool_use");
+    json_t *content = json_object_get(o, "content"), *b;
+    size_t i, n_uses = 0;
+    json_array_foreach(content, i, b) {
+        if (strcmp(str_at(b, "type", NULL), "tool_use"))
+            continue;
+        n_uses++;
+        CHECK(!strncmp(str_at(b, "id", NULL), "toolu_", 6));
+        CHECK_STR(str_at(b, "name", NULL), "f");
+        const char *c = str_at(json_object_get(b, "input"), "c", NULL);
+        CHECK(c && (!strcmp(c, "P") || !strcmp(c, "L")));
+        json_object_del(b, "id");                   /* each message has its own */
+    }
+    CHECK_INT(n_uses, >=, 1);
+    char *whole = json_dumps(content, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    CHECK_INT(request(&f, "POST", "/v1/messages", NULL, FORCED_TOOL ",\"stream\":true}", buf, sizeof buf), ==, 200);
+    json_t *ev = anthropic_events(buf), *e;
+    /* the blocks rebuilt from the events: starts, text and input_json deltas */
+    json_t *blocks = json_array();
+    strbuf args = { 0 };
+    json_array_foreach(ev, i, e) {
+        json_t *d = json_object_get(e, "data");
+        const char *name = str_at(e, "event", NULL);
+        if (!strcmp(name, "content_block_start")) {
+            CHECK_INT(json_integer_value(json_object_get(d, "index")), ==, json_array_size(blocks));
+            json_array_append(blocks, json_object_get(d, "content_block"));
+            sb_reset(&args);
+        } else if (!strcmp(name, "content_block_delta")) {
+            json_t *blk = json_array_get(blocks, json_array_size(blocks) - 1);
+            if (!strcmp(str_at(d, "delta", "type"), "input_json_delta")) {
+                sb_puts(&args, str_at(d, "delta", "partial_json"));
+            } else {
+                CHECK_STR(str_at(d, "delta", "type"), "text_delta");
+                json_t *t = json_sprintf("%s%s", str_at(blk, "text", NULL), str_at(d, "delta", "text"));
+                json_object_set_new(blk, "text", t);
+            }
+        } else if (!strcmp(name, "content_block_stop")) {
+            json_t *blk = json_array_get(blocks, json_array_size(blocks) - 1);
+            if (!strcmp(str_at(blk, "type", NULL), "tool_use")) {
+                CHECK(!strncmp(str_at(blk, "id", NULL), "toolu_", 6));
+                json_object_del(blk, "id");
+                json_object_set_new(blk, "input", json_loads(sb_cstr(&args), 0, NULL));
+            }
+        } else if (!strcmp(name, "message_delta")) {
+            CHECK_STR(str_at(d, "delta", "stop_reason"), "tool_use");
+        }
+    }
+    char *streamed = json_dumps(blocks, JSON_COMPACT | JSON_SORT_KEYS);
+    CHECK_STR(streamed, whole);
+    free(streamed);
+    free(whole);
+    sb_free(&args);
+    json_decref(blocks);
+    json_decref(ev);
     free(answer);
     stop(&f);
 }

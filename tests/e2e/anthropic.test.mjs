@@ -1,6 +1,7 @@
 // anthropic.test.mjs - racimo serve's Anthropic Messages API driven by the
 // official `@anthropic-ai/sdk` package: messages.create, messages.stream
-// (events and finalMessage), tools and tool results, thinking,
+// (events and finalMessage), tools and tool results, forced tool_use
+// (tool_choice any / tool), structured output (output_config.format), thinking,
 // count_tokens, API keys and errors.  Synthetic models have random
 // weights: these tests check protocol and behaviour, not text.
 import { test, before, after } from 'node:test';
@@ -74,6 +75,23 @@ test('messages.stream: Anthropic events, text deltas and finalMessage', async ()
   assert.ok(n >= 1);
 });
 
+test('output_config.format: the text is JSON of the schema', async () => {
+  const schema = { type: 'object', properties: { ok: { type: 'boolean' }, n: { type: 'integer', minimum: 1, maximum: 3 } },
+    required: ['ok', 'n'], additionalProperties: false };
+  for (const temperature of [0, 1]) {
+    const r = await client.messages.create({ model: 'tiny', messages: user('answer in JSON'), max_tokens: 200, temperature,
+      output_config: { format: { type: 'json_schema', schema } } });
+    assert.equal(r.stop_reason, 'end_turn');
+    const v = JSON.parse(r.content[0].text);
+    assert.equal(typeof v.ok, 'boolean');
+    assert.ok(Number.isInteger(v.n) && v.n >= 1 && v.n <= 3, r.content[0].text);
+    assert.deepEqual(Object.keys(v).sort(), ['n', 'ok']);
+  }
+  await assert.rejects(client.messages.create({ model: 'tiny', messages: user('x'), max_tokens: 5,
+    output_config: { format: { type: 'json_schema', schema: { type: 'array', uniqueItems: true } } } }),
+  (e) => e instanceof Anthropic.BadRequestError && /uniqueItems/.test(e.message));
+});
+
 test('count_tokens counts the prompt of messages.create', async () => {
   const args = { model: 'tiny', system: 'You are terse.', messages: user('count me') };
   const c = await client.messages.countTokens(args);
@@ -130,19 +148,69 @@ test('tools, tool_use and tool_result render through the template; a round trip 
     const s = c.messages.stream({ model: 'tiny', messages: history, tools, max_tokens: 3, temperature: 0 });
     const final = await s.finalMessage();
     assert.equal(final.usage.input_tokens, r.usage.input_tokens);
-    // tool_choice any and a named tool are accepted (the output is forced into
-    // a call once constrained decoding lands)
-    for (const tool_choice of [{ type: 'any' }, { type: 'tool', name: 'get_weather' }]) {
-      const f = await c.messages.create({ model: 'tiny', messages: ask, tools, tool_choice, max_tokens: 3 });
-      assert.equal(f.type, 'message');
-      for (const b of f.content.filter((x) => x.type === 'tool_use')) {
-        assert.match(b.id, /^toolu_/);
-        assert.equal(b.name, 'get_weather');
-        assert.equal(typeof b.input, 'object');
-      }
-    }
     await assert.rejects(c.messages.create({ model: 'tiny', messages: ask, max_tokens: 2,
       tools, tool_choice: { type: 'tool', name: 'other' } }), (e) => e.status === 400 && /not in 'tools'/.test(e.message));
+  } finally { await t.stop(); }
+});
+
+// Bounded (enums, an integer range) so that a random model's forced call
+// ends well within max_tokens.
+const boundedTools = [
+  { name: 'get_weather', description: 'Weather in a city',
+    input_schema: { type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Lima'] },
+      days: { type: 'integer', minimum: 1, maximum: 7 } }, required: ['city', 'days'], additionalProperties: false } },
+  { name: 'get_time', input_schema: { type: 'object', properties: { zone: { enum: ['UTC', 'CET'] } },
+    required: ['zone'], additionalProperties: false } },
+];
+
+function checkToolUse(b, name) {
+  assert.equal(b.type, 'tool_use');
+  assert.match(b.id, /^toolu_/);
+  if (name) assert.equal(b.name, name);
+  if (b.name === 'get_weather') {
+    assert.ok(['Paris', 'Lima'].includes(b.input.city), JSON.stringify(b.input));
+    assert.ok(Number.isInteger(b.input.days) && b.input.days >= 1 && b.input.days <= 7, JSON.stringify(b.input));
+  } else {
+    assert.equal(b.name, 'get_time');
+    assert.ok(['UTC', 'CET'].includes(b.input.zone), JSON.stringify(b.input));
+  }
+}
+
+test('tool_choice any / tool: a random-weight model gives valid tool_use blocks; the round trip answers', async () => {
+  const t = await startServer(['--chat-template-file', writeFile('hermes-anthropic-forced.jinja', HERMES_TEMPLATE), '-c', '2048']);
+  try {
+    const c = new Anthropic({ baseURL: t.url, apiKey: 'x', maxRetries: 0 });
+    const ask = user('weather in Paris?');
+    for (const temperature of [0, 1]) {
+      const r = await c.messages.create({ model: 'tiny', messages: ask, max_tokens: 400, temperature,
+        tools: boundedTools, tool_choice: { type: 'any' } });
+      assert.equal(r.stop_reason, 'tool_use', JSON.stringify(r.content));
+      const uses = r.content.filter((b) => b.type === 'tool_use');
+      assert.ok(uses.length >= 1);
+      for (const b of uses) checkToolUse(b);
+      assert.equal(new Set(uses.map((b) => b.id)).size, uses.length, 'tool_use ids repeat');
+    }
+    const named = await c.messages.create({ model: 'tiny', messages: ask, max_tokens: 400, temperature: 0,
+      tools: boundedTools, tool_choice: { type: 'tool', name: 'get_time' } });
+    assert.equal(named.stop_reason, 'tool_use');
+    for (const b of named.content.filter((x) => x.type === 'tool_use')) checkToolUse(b, 'get_time');
+    // streamed: input_json_delta assembles into the same input
+    const s = c.messages.stream({ model: 'tiny', messages: ask, max_tokens: 400, temperature: 0,
+      tools: boundedTools, tool_choice: { type: 'tool', name: 'get_time' } });
+    const types = [];
+    s.on('streamEvent', (e) => types.push(e.type === 'content_block_delta' ? e.delta.type : e.type));
+    const final = await s.finalMessage();
+    assert.ok(types.includes('input_json_delta'), types.join(','));
+    assert.equal(final.stop_reason, 'tool_use');
+    assert.deepEqual(final.content.filter((b) => b.type === 'tool_use').map((b) => [b.name, b.input]),
+      named.content.filter((b) => b.type === 'tool_use').map((b) => [b.name, b.input]));
+    // the round trip: the calls go back with their results, and the model answers
+    const results = named.content.filter((b) => b.type === 'tool_use')
+      .map((b) => ({ type: 'tool_result', tool_use_id: b.id, content: '12:00' }));
+    const answer = await c.messages.create({ model: 'tiny', max_tokens: 4, temperature: 0, tools: boundedTools,
+      messages: [...ask, { role: 'assistant', content: named.content }, { role: 'user', content: results }] });
+    assert.equal(answer.type, 'message');
+    assert.ok(answer.usage.input_tokens > named.usage.input_tokens);
   } finally { await t.stop(); }
 });
 

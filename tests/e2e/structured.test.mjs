@@ -10,20 +10,12 @@ import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
 import { Ollama } from 'ollama';
 import { z } from 'zod';
-import { startServer, writeFile } from './helpers.mjs';
+import { startServer, writeFile, HERMES_TEMPLATE } from './helpers.mjs';
 
 let srv, client, ollama;
 
-// A Hermes-style template (as Qwen's): tools in the system turn, calls as
-// <tool_call>{...}</tool_call>.
-const HERMES = "{%- if tools %}<|im_start|>system\nYou may call functions. Answer with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>\n<tools>" +
-  "{%- for t in tools %}{{ t | tojson }}{% endfor %}</tools><|im_end|>\n{%- endif %}" +
-  "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}{% endif %}" +
-  "{%- if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}{% endif %}<|im_end|>\n{%- endfor %}" +
-  "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
 before(async () => {
-  srv = await startServer(['--chat-template-file', writeFile('hermes-structured.jinja', HERMES)]);
+  srv = await startServer(['--chat-template-file', writeFile('hermes-structured.jinja', HERMES_TEMPLATE)]);
   client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'x', maxRetries: 0 });
   ollama = new Ollama({ host: srv.url });
 });
