@@ -186,9 +186,14 @@ TEST(api_server_errors)
     char first[256];
     CHECK(read(fd, first, sizeof first) > 0);
     int busy = request(&f, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2"), buf, sizeof buf);
-    close(fd);                       /* and leave: the sequence is cancelled */
     CHECK_INT(busy, ==, 429);
     CHECK(strstr(buf, "Retry-After: 1"));
+    /* Anthropic's API calls that overloaded, with its own status */
+    busy = request(&f, "POST", "/v1/messages", NULL, "{\"model\":\"tiny-Q8_0\",\"max_tokens\":2,"
+                   "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", buf, sizeof buf);
+    close(fd);                       /* and leave: the sequence is cancelled */
+    CHECK_INT(busy, ==, 529);
+    CHECK(strstr(buf, "Retry-After: 1") && strstr(buf, "\"type\":\"overloaded_error\""));
     wait_idle(&f);
     CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2"), buf, sizeof buf), ==, 200);
     stop(&f);

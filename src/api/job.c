@@ -238,7 +238,7 @@ static void detach_close(api_job *j)
 
 static void reply_error(api_job *j, const api_error *e)
 {
-    j->status = e->status;
+    j->status = srv_is_anthropic_path(j->path) ? anthropic_status(e->status) : e->status;
     detach_close(j);
     if (j->started) {
         j->ops->error(j, e);
