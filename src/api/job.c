@@ -634,7 +634,7 @@ static void stream_progress(api_job *j)
         j->toks_sent = j->n_toks;
     }
     size_t safe = j->text.len;
-    if (wants_tools(j))
+    if (wants_tools(j) && j->text.len)      /* no text yet: no buffer either */
         safe = tool_calls_safe_prefix(j->model->tool_format, j->marker, j->text.p, j->text.len);
     safe = whole_chars(j->text.p, safe);
     if (safe > j->sent) {
