@@ -722,6 +722,9 @@ int api_request_parse(int kind, const char *body, size_t len, api_request *r, ap
         case API_OPENAI_COMPLETION: rc = parse_openai_completion(r, o, e); break;
         case API_OLLAMA_CHAT:       rc = parse_ollama_chat(r, o, e); break;
         case API_OLLAMA_GENERATE:   rc = parse_ollama_generate(r, o, e); break;
+        case API_OPENAI_EMBED:
+        case API_OLLAMA_EMBED:
+        case API_OLLAMA_EMBEDDINGS: rc = api_embed_parse(r, o, e); break;
         default: rc = api_fail(e, 500, "internal", NULL, "unknown endpoint kind %d", kind);
         }
     }
@@ -744,6 +747,11 @@ void api_request_free(api_request *r)
     rc_free(r->bias_values);
     for (int i = 0; i < r->n_stops; i++)
         rc_free(r->stops[i]);
+    for (int i = 0; i < r->n_inputs; i++) {
+        rc_free(r->inputs[i].text);
+        rc_free(r->inputs[i].ids);
+    }
+    rc_free(r->inputs);
     memset(r, 0, sizeof *r);
 }
 
