@@ -7,7 +7,9 @@
  * clients' rows.  The inputs go in a few at a time (a window): a request
  * of 2048 inputs must not fill the engine's queue for everyone else; each
  * input that ends lets the next one in, from its on_done on the engine
- * thread.  When the last has ended, job.c's on_done is called once for the
+ * thread.  An input the engine's full queue refuses waits for the next of
+ * this request's inputs to end (only when none is left in the engine does
+ * the request fail, busy).  When the last has ended, job.c's on_done is called once for the
  * whole request and the answer is written by the ops' final.
  *
  * The vectors come pooled and L2-normalised from the engine; `dimensions`
@@ -34,6 +36,8 @@ struct embed_job {
     int window;
     /* srv->mail_mu */
     int next;                    /* next input to submit */
+    int *held;                   /* [n] inputs a full queue refused, to submit again */
+    int n_held;
     int n_submitted, n_done;
     bool failed, stop, reported;
     int fail_finish;
@@ -57,6 +61,7 @@ void embed_free(api_job *j)
     rc_free(ej->n_ids);
     rc_free(ej->gr);
     rc_free(ej->vecs);
+    rc_free(ej->held);
     rc_free(ej);
     j->embed = NULL;
 }
@@ -66,7 +71,7 @@ void embed_free(api_job *j)
 static bool settled(embed_job *ej)
 {
     if (ej->reported || ej->n_done < ej->n_submitted ||
-        (!ej->failed && !ej->stop && ej->next < ej->n))
+        (!ej->failed && !ej->stop && (ej->next < ej->n || ej->n_held)))
         return false;
     ej->reported = true;
     return true;
@@ -87,7 +92,7 @@ static void feed(embed_job *ej)
     api_server *s = ej->j->srv;
     for (;;) {
         pthread_mutex_lock(&s->mail_mu);
-        if (ej->failed || ej->stop || ej->next >= ej->n ||
+        if (ej->failed || ej->stop || (ej->next >= ej->n && !ej->n_held) ||
             ej->n_submitted - ej->n_done >= ej->window) {
             bool last = settled(ej);
             pthread_mutex_unlock(&s->mail_mu);
@@ -95,13 +100,22 @@ static void feed(embed_job *ej)
                 report(ej);
             return;
         }
-        int i = ej->next++;
+        int i = ej->n_held ? ej->held[--ej->n_held] : ej->next++;
         ej->n_submitted++;
         pthread_mutex_unlock(&s->mail_mu);
         int rc = registry_submit(ej->j->model, &ej->gr[i]);
         if (rc) {
             pthread_mutex_lock(&s->mail_mu);
             ej->n_submitted--;
+            if (rc == RC_ELIMIT && ej->n_submitted > ej->n_done) {
+                /* the next of ours that ends submits it again */
+                ej->held[ej->n_held++] = i;
+                bool last = settled(ej);
+                pthread_mutex_unlock(&s->mail_mu);
+                if (last)
+                    report(ej);
+                return;
+            }
             if (!ej->failed) {
                 ej->failed = true;
                 ej->fail_finish = GEN_ERROR;
@@ -206,8 +220,9 @@ void embed_start(api_job *j)
         ej->n_ids = rc_calloc((size_t)n + 1, sizeof *ej->n_ids);
         ej->gr = rc_calloc((size_t)n + 1, sizeof *ej->gr);
         ej->vecs = rc_calloc((size_t)n * (size_t)E + 1, sizeof(float));
+        ej->held = rc_calloc((size_t)n + 1, sizeof *ej->held);
     }
-    if (!ej || !ej->ids || !ej->n_ids || !ej->gr || !ej->vecs) {
+    if (!ej || !ej->ids || !ej->n_ids || !ej->gr || !ej->vecs || !ej->held) {
         api_fail(&e, 500, "out_of_memory", NULL, "out of memory");
         job_fail(j, &e);
         return;
