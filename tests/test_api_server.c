@@ -754,6 +754,9 @@ TEST_T(api_server_embeddings, 120)
                       buf, sizeof buf), ==, 400);
     CHECK_INT(request(&f, "POST", "/api/embed", NULL, "{\"model\":\"" EMB "\",\"input\":\"x\","
                       "\"truncate\":1}", buf, sizeof buf), ==, 400);
+    CHECK_INT(request(&f, "POST", "/api/show", NULL, "{\"model\":\"" EMB "\"}", buf, sizeof buf),
+              ==, 200);
+    CHECK(strstr(buf, "\"capabilities\":[\"embedding\"]"));
     wait_idle(&f);
     stop(&f);
 }
