@@ -285,17 +285,24 @@ static void wait_load(test_node *n, const char *key, int active, int queued)
 #define CHAT(extra) "{\"model\":\"fw\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," \
                     "\"temperature\":0" extra "}"
 
+/* Nodes fa (key ka, holding `file` as fw) and fb (key kb), linked, each
+ * seeing the other up; the model runs across both (min_nodes 2). */
+static void start_two(test_node *a, test_node *b, const char *file)
+{
+    t_min_nodes = 2;
+    t_parallel = 2;
+    start(a, "fa", NULL, NULL, "ka", file);
+    start(b, "fb", cluster_join_token(a->c), a, "kb", NULL);
+    wait_sees(a, cluster_self_id(b->c), NULL);
+    wait_sees(b, cluster_self_id(a->c), NULL);
+}
+
 TEST_T(forward_requests_between_nodes, 180)
 {
     static char buf[1 << 17];
     static test_node a, b;
-    t_min_nodes = 2;
-    t_parallel = 2;
-    start(&a, "fa", NULL, NULL, "ka", test_make_model("tiny", TT_Q8_0, NULL));
-    start(&b, "fb", cluster_join_token(a.c), &a, "kb", NULL);
+    start_two(&a, &b, test_make_model("tiny", TT_Q8_0, NULL));
     const char *ida = cluster_self_id(a.c), *idb = cluster_self_id(b.c);
-    wait_sees(&a, idb, NULL);
-    wait_sees(&b, ida, NULL);
 
     /* node b lists the model node a has, in both APIs */
     int t;
@@ -564,13 +571,8 @@ TEST_T(forward_embeddings, 120)
 {
     static char buf[1 << 17], want[1 << 16];
     static test_node a, b;
-    t_min_nodes = 2;
-    t_parallel = 2;
-    start(&a, "fa", NULL, NULL, "ka", test_make_model("tiny-qwen3-embed", TT_F32, NULL));
-    start(&b, "fb", cluster_join_token(a.c), &a, "kb", NULL);
-    const char *ida = cluster_self_id(a.c), *idb = cluster_self_id(b.c);
-    wait_sees(&a, idb, NULL);
-    wait_sees(&b, ida, NULL);
+    start_two(&a, &b, test_make_model("tiny-qwen3-embed", TT_F32, NULL));
+    const char *ida = cluster_self_id(a.c);
     static const char body[] = "{\"model\":\"fw\",\"input\":[\"the cat\",\"sat on the mat\"],"
                                "\"encoding_format\":\"float\"}";
     CHECK_INT(http_request(port(&a), "POST", "/v1/embeddings", KA, body, buf, sizeof buf), ==, 200);

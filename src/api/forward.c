@@ -464,8 +464,8 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
     if (!formed)
         snprintf(why, sizeof why, "a malformed request: %s", bad);
     else if (!forwarding_path(path))
-        snprintf(why, sizeof why, "a forwarded request must be a generation or embeddings "
-                 "endpoint or /api/show");
+        snprintf(why, sizeof why, "a forwarded request must be a generation endpoint, an "
+                 "embeddings endpoint or /api/show");
     else if (blen > s->cfg.max_body_bytes)
         snprintf(why, sizeof why, "the request body is larger than the limit of %zu bytes",
                  s->cfg.max_body_bytes);
