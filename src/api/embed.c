@@ -166,8 +166,14 @@ static int prepare(api_job *j, embed_job *ej, api_error *e)
         const api_embed_input *in = &ar->inputs[i];
         int n = in->n_ids;
         if (in->text) {
-            if (registry_text_prompt(m, in->text, true, &ej->ids[i], &n))
+            /* as llama-embedding: BOS and EOS as the vocabulary asks, special
+             * tokens parsed */
+            size_t n_ids = 0;
+            if (tok_encode(m->lm.tok, in->text, strlen(in->text), true, true, &ej->ids[i], &n_ids))
                 return api_fail(e, 400, "invalid_value", "input", "input %d: %s", i, rc_errmsg());
+            if (n_ids > (size_t)1 << 24)
+                return api_fail(e, 400, "invalid_value", "input", "input %d is too long", i);
+            n = (int)n_ids;
         } else {
             if (!(ej->ids[i] = rc_malloc((size_t)n * sizeof(int32_t))))
                 return api_fail(e, 500, "out_of_memory", NULL, "out of memory");
