@@ -2,7 +2,7 @@
  * api_request conversion of every endpoint (src/api/request.c), and the
  * parsers that read generated text (tool calls, thinking blocks).  The
  * first byte picks the endpoint (and the tool format, the thinking mode and
- * the piece size); the rest is the body.  Each accepted request must be
+ * the piece size; 0x60 set: an embeddings endpoint); the rest is the body.  Each accepted request must be
  * internally consistent and pass api_request_check or fail it cleanly; each
  * rejected one must carry a 4xx status and a message.  The thinking split
  * of the text fed in pieces must equal the split of the whole text.
@@ -36,6 +36,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (r.n_stops < 0 || r.n_stops > API_MAX_STOPS || r.top_logprobs < 0 ||
             r.top_logprobs > API_MAX_TOP_LOGPROBS || r.max_tokens < 0 || r.n_bias != r.sampling.n_bias)
+            abort();
+        for (int i = 0; i < r.n_inputs; i++)
+            if (!r.inputs[i].text == !r.inputs[i].ids || (r.inputs[i].ids && r.inputs[i].n_ids < 1))
+                abort();
+        if (r.n_inputs < 0 || r.n_inputs > API_MAX_EMBED_INPUTS || r.dimensions < 0 ||
+            (kind == API_OPENAI_EMBED && r.n_inputs < 1))
             abort();
         api_error ce;
         if (api_request_check(&r, 512, 256, &ce) && (ce.status != 400 || !ce.message[0]))

@@ -208,7 +208,8 @@ static void ffn(const tensor *g, const tensor *u, const tensor *d, const double 
     matvec(d, a, out, rowbuf);
 }
 
-int ref_forward(const model *m, const int32_t *tokens, int n, double *logits)
+/* Logits, or (hidden != NULL) the states after the output norm instead. */
+static int ref_run(const model *m, const int32_t *tokens, int n, double *logits, double *hidden)
 {
     const model_hparams *hp = &m->hp;
     const int E = hp->n_embd, H = hp->n_head, Hk = hp->n_head_kv, D = hp->head_dim,
@@ -317,11 +318,24 @@ int ref_forward(const model *m, const int32_t *tokens, int n, double *logits)
     }
     for (int r = 0; r < n; r++) {
         rmsnorm(h, x + (size_t)r * E, m->output_norm.data, E, hp->rms_eps);
-        matvec(&m->output, h, logits + (size_t)r * V, rowbuf);
+        if (hidden)
+            memcpy(hidden + (size_t)r * E, h, (size_t)E * sizeof *h);
+        else
+            matvec(&m->output, h, logits + (size_t)r * V, rowbuf);
     }
     rc = 0;
 done:
     free(x); free(h); free(K); free(Vv); free(Q); free(o); free(t); free(a); free(b);
     free(sc); free(p); free(rowbuf);
     return rc;
+}
+
+int ref_forward(const model *m, const int32_t *tokens, int n, double *logits)
+{
+    return ref_run(m, tokens, n, logits, NULL);
+}
+
+int ref_hidden(const model *m, const int32_t *tokens, int n, double *hidden)
+{
+    return ref_run(m, tokens, n, NULL, hidden);
 }

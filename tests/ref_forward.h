@@ -12,4 +12,8 @@
  * (first == 0, last == n_layer).  Returns 0 or RC_ENOMEM. */
 int ref_forward(const model *m, const int32_t *tokens, int n, double *logits);
 
+/* The same pass's states after the output norm, [n][n_embd] (what an
+ * embedding model pools). */
+int ref_hidden(const model *m, const int32_t *tokens, int n, double *hidden);
+
 #endif

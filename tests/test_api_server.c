@@ -1009,3 +1009,226 @@ TEST_T(api_server_tls, 120)
     }
     stop(&f);
 }
+
+/* ---- embeddings ---- */
+
+#define EMB "tiny-qwen3-embed-F32"
+
+/* The vectors of an answer: OpenAI's data[].embedding (floats, or base64
+ * decoded), Ollama's embeddings[] or its older embedding. */
+static int b64_value(char c)
+{
+    const char *t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const char *p = strchr(t, c);
+    return c && p ? (int)(p - t) : -1;
+}
+
+static int vectors(const char *resp, float out[][256], int max, int *dims)
+{
+    json_t *o = body_json(resp), *list = json_object_get(o, "data"), *x;
+    if (!list)
+        list = json_object_get(o, "embeddings");
+    if (!list) {
+        list = json_array();
+        json_array_append(list, json_object_get(o, "embedding"));
+        json_object_set_new(o, "wrapped", list);
+    }
+    size_t i;
+    int n = 0;
+    json_array_foreach(list, i, x) {
+        CHECK(n < max);
+        json_t *v = json_is_object(x) ? json_object_get(x, "embedding") : x;
+        if (json_is_object(x))
+            CHECK_INT(json_integer_value(json_object_get(x, "index")), ==, (long long)i);
+        if (json_is_string(v)) {               /* base64 of little-endian float32 */
+            const char *s = json_string_value(v);
+            uint8_t bytes[1024];
+            size_t nb = 0, len = strlen(s);
+            for (size_t k = 0; k + 3 < len + 3 && k < len; k += 4) {
+                int a = b64_value(s[k]), b = b64_value(s[k + 1]), c = b64_value(s[k + 2]),
+                    d = b64_value(s[k + 3]);
+                CHECK(a >= 0 && b >= 0);
+                bytes[nb++] = (uint8_t)(a << 2 | b >> 4);
+                if (c >= 0)
+                    bytes[nb++] = (uint8_t)(b << 4 | c >> 2);
+                if (d >= 0)
+                    bytes[nb++] = (uint8_t)(c << 6 | d);
+            }
+            *dims = (int)(nb / 4);
+            for (int k = 0; k < *dims; k++) {
+                uint32_t u = bytes[4 * k] | bytes[4 * k + 1] << 8 | bytes[4 * k + 2] << 16 |
+                             (uint32_t)bytes[4 * k + 3] << 24;
+                memcpy(&out[n][k], &u, 4);
+            }
+        } else {
+            *dims = (int)json_array_size(v);
+            CHECK(*dims <= 256);
+            for (int k = 0; k < *dims; k++)
+                out[n][k] = (float)json_number_value(json_array_get(v, (size_t)k));
+        }
+        n++;
+    }
+    json_decref(o);
+    return n;
+}
+
+static double norm(const float *v, int n)
+{
+    double ss = 0;
+    for (int k = 0; k < n; k++)
+        ss += (double)v[k] * v[k];
+    return sqrt(ss);
+}
+
+/* POSTs body to path, expects 200, and reads the answer's vectors. */
+static int post_vectors(fixture *f, const char *path, const char *body, char *buf, size_t cap,
+                        float out[][256], int max, int *dims)
+{
+    int st = request(f, "POST", path, NULL, body, buf, cap);
+    if (st != 200)
+        FAIL("%s %s: %d %s", path, body, st, buf);
+    return vectors(buf, out, max, dims);
+}
+
+static void same_vector(const float *x, const float *y, int n)
+{
+    for (int k = 0; k < n; k++)
+        CHECK_NEAR(x[k], y[k], 1e-6);
+}
+
+TEST_T(api_server_embeddings, 120)
+{
+    test_make_model("tiny-qwen3-embed", TT_F32, NULL);   /* found in the models folder */
+    fixture f;
+    start(&f, NULL, 0, 2, 4);
+    static char buf[1 << 17];
+    static float a[4][256], b[4][256];
+    int d = 0, d2 = 0;
+    wait_ready(&f);
+    /* two inputs at once, as each alone */
+    CHECK_INT(request(&f, "POST", "/v1/embeddings", NULL, "{\"model\":\"" EMB "\",\"input\":"
+                      "[\"the cat sat\",\"hello there, world\"]}", buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "\"object\":\"list\"") && strstr(buf, "\"object\":\"embedding\""));
+    CHECK(strstr(buf, "\"model\":\"" EMB "\""));
+    CHECK(strstr(buf, "\"prompt_tokens\":") && strstr(buf, "\"total_tokens\":"));
+    CHECK_INT(vectors(buf, a, 4, &d), ==, 2);
+    CHECK_INT(d, ==, 256);
+    CHECK_NEAR(norm(a[0], d), 1.0, 1e-5);
+    CHECK(fabs(a[0][0] - a[1][0]) > 1e-6);
+    CHECK_INT(post_vectors(&f, "/v1/embeddings", "{\"model\":\"" EMB "\",\"input\":"
+                           "\"hello there, world\"}", buf, sizeof buf, b, 4, &d2),
+              ==, 1);
+    same_vector(b[0], a[1], d);
+    /* dimensions: the first n, normalised again; base64 the same floats */
+    CHECK_INT(request(&f, "POST", "/v1/embeddings", NULL, "{\"model\":\"" EMB "\",\"input\":"
+                      "\"hello there, world\",\"dimensions\":8,\"encoding_format\":\"base64\"}",
+                      buf, sizeof buf), ==, 200);
+    CHECK_INT(vectors(buf, b, 4, &d2), ==, 1);
+    CHECK_INT(d2, ==, 8);
+    CHECK_NEAR(norm(b[0], 8), 1.0, 1e-5);
+    double n8 = norm(a[1], 8);
+    for (int k = 0; k < 8; k++)
+        CHECK_NEAR(b[0][k], a[1][k] / n8, 1e-6);
+    /* token ids: one list, and a list of lists */
+    CHECK_INT(post_vectors(&f, "/v1/embeddings", "{\"model\":\"" EMB "\",\"input\":"
+                           "[[5,6,7],[8]]}", buf, sizeof buf, a, 4, &d),
+              ==, 2);
+    CHECK(strstr(buf, "\"prompt_tokens\":4"));
+    CHECK_INT(post_vectors(&f, "/v1/embeddings", "{\"model\":\"" EMB "\",\"input\":"
+                           "[8]}", buf, sizeof buf, b, 4, &d),
+              ==, 1);
+    same_vector(b[0], a[1], d);
+    /* Ollama: the same vectors; the older endpoint too */
+    CHECK_INT(request(&f, "POST", "/api/embed", NULL, "{\"model\":\"" EMB "\",\"input\":"
+                      "[\"the cat sat\"],\"keep_alive\":\"5m\",\"options\":{}}", buf, sizeof buf),
+              ==, 200);
+    CHECK(strstr(buf, "\"total_duration\":") && strstr(buf, "\"load_duration\":") &&
+          strstr(buf, "\"prompt_eval_count\":"));
+    CHECK_INT(vectors(buf, a, 4, &d), ==, 1);
+    CHECK_INT(post_vectors(&f, "/api/embeddings", "{\"model\":\"" EMB "\",\"prompt\":"
+                           "\"the cat sat\"}", buf, sizeof buf, b, 4, &d2),
+              ==, 1);
+    CHECK_INT(d2, ==, 256);
+    same_vector(b[0], a[0], d);
+    CHECK_INT(request(&f, "POST", "/api/embed", NULL, "{\"model\":\"" EMB "\"}", buf, sizeof buf),
+              ==, 200);
+    CHECK(strstr(buf, "\"embeddings\":[]"));
+    /* longer than the context (256): Ollama cuts it unless truncate is false;
+     * OpenAI refuses it */
+    static char longb[4096];
+    snprintf(longb, sizeof longb, "{\"model\":\"" EMB "\",\"input\":\"");
+    for (int i = 0; i < 300; i++)
+        strcat(longb, "q ");
+    char *tail = longb + strlen(longb);
+    strcpy(tail, "\"}");
+    CHECK_INT(request(&f, "POST", "/api/embed", NULL, longb, buf, sizeof buf), ==, 200);
+    CHECK(strstr(buf, "\"prompt_eval_count\":256"));
+    CHECK_INT(request(&f, "POST", "/v1/embeddings", NULL, longb, buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "the context holds 256"));
+    strcpy(tail, "\",\"truncate\":false}");
+    CHECK_INT(request(&f, "POST", "/api/embed", NULL, longb, buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "truncate"));
+    /* the wrong kind of model, either way */
+    CHECK_INT(request(&f, "POST", "/v1/embeddings", NULL,
+                      "{\"model\":\"tiny-Q8_0\",\"input\":\"x\"}", buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "makes no embeddings"));
+    CHECK_INT(request(&f, "POST", "/v1/chat/completions", NULL, "{\"model\":\"" EMB "\","
+                      "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", buf, sizeof buf),
+              ==, 400);
+    CHECK(strstr(buf, "is an embedding model"));
+    /* malformed requests name the field */
+    static const char *const bad[][2] = {
+        { "{\"model\":\"" EMB "\"}", "'input' is required" },
+        { "{\"model\":\"" EMB "\",\"input\":[]}", "empty list" },
+        { "{\"model\":\"" EMB "\",\"input\":\"\"}", "empty string" },
+        { "{\"model\":\"" EMB "\",\"input\":[1,\"a\"]}", "not a token id" },
+        { "{\"model\":\"" EMB "\",\"input\":[[1],{}]}", "input 1 is not" },
+        { "{\"model\":\"" EMB "\",\"input\":[99999]}", "the vocabulary has" },
+        { "{\"model\":\"" EMB "\",\"input\":\"x\",\"dimensions\":0}", "'dimensions'" },
+        { "{\"model\":\"" EMB "\",\"input\":\"x\",\"dimensions\":257}", "vectors of 256" },
+        { "{\"model\":\"" EMB "\",\"input\":\"x\",\"encoding_format\":\"hex\"}", "encoding_format" },
+        { "{\"input\":\"x\"}", "'model' is required" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int st = request(&f, "POST", "/v1/embeddings", NULL, bad[i][0], buf, sizeof buf);
+        if (st != 400 || !strstr(buf, bad[i][1]))
+            FAIL("%s: %d %s", bad[i][0], st, buf);
+    }
+    CHECK_INT(request(&f, "POST", "/api/embed", NULL, "{\"model\":\"" EMB "\",\"input\":[[1]]}",
+                      buf, sizeof buf), ==, 400);
+    CHECK_INT(request(&f, "POST", "/api/embed", NULL, "{\"model\":\"" EMB "\",\"input\":\"x\","
+                      "\"truncate\":1}", buf, sizeof buf), ==, 400);
+    CHECK_INT(request(&f, "POST", "/api/show", NULL, "{\"model\":\"" EMB "\"}", buf, sizeof buf),
+              ==, 200);
+    CHECK(strstr(buf, "\"capabilities\":[\"embedding\"]"));
+    wait_idle(&f);
+    stop(&f);
+}
+
+/* More inputs than the engine takes at once (2 slots, a window of 4 in
+ * the engine, a queue of 1): they go in as earlier ones end, in order. */
+TEST_T(api_server_embeddings_many_inputs, 120)
+{
+    test_make_model("tiny-qwen3-embed", TT_F32, NULL);
+    fixture f;
+    start(&f, NULL, 0, 2, 1);
+    static char buf[1 << 20], body[4096];
+    static float all[24][256], one[4][256];
+    int d = 0;
+    wait_ready(&f);
+    strcpy(body, "{\"model\":\"" EMB "\",\"input\":[");
+    for (int i = 0; i < 24; i++)
+        snprintf(body + strlen(body), sizeof body - strlen(body), "%s\"input number %d\"",
+                 i ? "," : "", i * 7);
+    strcat(body, "]}");
+    CHECK_INT(post_vectors(&f, "/v1/embeddings", body, buf, sizeof buf, all, 24,
+                           &d), ==, 24);
+    for (int i = 0; i < 24; i += 7) {
+        snprintf(body, sizeof body, "{\"model\":\"" EMB "\",\"input\":\"input number %d\"}", i * 7);
+        CHECK_INT(request(&f, "POST", "/v1/embeddings", NULL, body, buf, sizeof buf), ==, 200);
+        CHECK_INT(vectors(buf, one, 4, &d), ==, 1);
+        same_vector(one[0], all[i], d);
+    }
+    wait_idle(&f);
+    stop(&f);
+}

@@ -248,3 +248,25 @@ TEST_T(cli_bench_json_and_shards, 120)
     CHECK_INT(test_run(cmd, out, sizeof out), ==, 2);
     CHECK(strstr(out, "'--shards'") != NULL);
 }
+
+/* An embedding model makes no logits: the commands that need them say so
+ * (and do not read hidden states as logits). */
+TEST(cli_embedding_model_refused)
+{
+    const char *mpath = test_make_model("tiny-qwen3-embed", TT_F32, NULL);
+    char cmd[4096], out[8192];
+    struct { const char *args; const char *want; } cases[] = {
+        { "logits -m %s --tokens 1,2,3", "embedding model (last pooling): it makes no logits" },
+        { "bench -m %s -p 8 -n 2 --reps 1", "embedding model (last pooling)" },
+        { "run -m %s -p hi -n 2", "makes embeddings; it does not generate text" },
+        { "make-model --preset tiny --pooling max -o %s.x", "pooling 'max' is not mean, cls or last" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[2048];
+        snprintf(args, sizeof args, cases[i].args, mpath);
+        snprintf(cmd, sizeof cmd, "%s %s", test_bin(), args);
+        int st = test_run(cmd, out, sizeof out);
+        if (st == 0 || !strstr(out, cases[i].want))
+            FAIL("'%s': status %d, output '%s' lacks '%s'", args, st, out, cases[i].want);
+    }
+}

@@ -285,17 +285,24 @@ static void wait_load(test_node *n, const char *key, int active, int queued)
 #define CHAT(extra) "{\"model\":\"fw\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," \
                     "\"temperature\":0" extra "}"
 
+/* Nodes fa (key ka, holding `file` as fw) and fb (key kb), linked, each
+ * seeing the other up; the model runs across both (min_nodes 2). */
+static void start_two(test_node *a, test_node *b, const char *file)
+{
+    t_min_nodes = 2;
+    t_parallel = 2;
+    start(a, "fa", NULL, NULL, "ka", file);
+    start(b, "fb", cluster_join_token(a->c), a, "kb", NULL);
+    wait_sees(a, cluster_self_id(b->c), NULL);
+    wait_sees(b, cluster_self_id(a->c), NULL);
+}
+
 TEST_T(forward_requests_between_nodes, 180)
 {
     static char buf[1 << 17];
     static test_node a, b;
-    t_min_nodes = 2;
-    t_parallel = 2;
-    start(&a, "fa", NULL, NULL, "ka", test_make_model("tiny", TT_Q8_0, NULL));
-    start(&b, "fb", cluster_join_token(a.c), &a, "kb", NULL);
+    start_two(&a, &b, test_make_model("tiny", TT_Q8_0, NULL));
     const char *ida = cluster_self_id(a.c), *idb = cluster_self_id(b.c);
-    wait_sees(&a, idb, NULL);
-    wait_sees(&b, ida, NULL);
 
     /* node b lists the model node a has, in both APIs */
     int t;
@@ -576,4 +583,49 @@ TEST_T(forward_balances_busy_copies, 120)
     CHECK_INT(log_count(hi, "\"finish\":\"forwarded\"", ""), ==, 1);
     stop(&a);
     stop(&b);
+}
+
+/* An embedding model placed over both nodes (its last stage pools, protocol
+ * 2.2): the head answers embeddings, and the other node forwards them there
+ * and gets the same vectors, in both APIs. */
+TEST_T(forward_embeddings, 120)
+{
+    static char buf[1 << 17], want[1 << 16];
+    static test_node a, b;
+    start_two(&a, &b, test_make_model("tiny-qwen3-embed", TT_F32, NULL));
+    const char *ida = cluster_self_id(a.c);
+    static const char body[] = "{\"model\":\"fw\",\"input\":[\"the cat\",\"sat on the mat\"],"
+                               "\"encoding_format\":\"float\"}";
+    CHECK_INT(http_request(port(&a), "POST", "/v1/embeddings", KA, body, buf, sizeof buf), ==, 200);
+    json_t *o = json_loads(body_of(buf), 0, NULL);
+    CHECK_INT(json_array_size(json_object_get(o, "data")), ==, 2);
+    json_t *e0 = json_object_get(json_array_get(json_object_get(o, "data"), 0), "embedding");
+    CHECK_INT(json_array_size(e0), ==, 256);
+    char *s = json_dumps(json_object_get(o, "data"), JSON_COMPACT);
+    snprintf(want, sizeof want, "%s", s);
+    free(s);
+    json_decref(o);
+    CHECK_INT(http_request(port(&a), "GET", "/v1/cluster", KA, NULL, buf, sizeof buf), ==, 200);
+    o = json_loads(body_of(buf), 0, NULL);          /* split by layers over both nodes */
+    json_t *inst = json_array_get(json_object_get(json_object_get(o, "pipelines"), "instances"), 0);
+    CHECK_INT(json_array_size(json_object_get(inst, "stages")), ==, 2);
+    CHECK_STR(json_string_value(json_object_get(inst, "split")), "layers");
+    json_decref(o);
+    wait_sees(&b, ida, "fw");
+    CHECK_INT(http_request(port(&b), "POST", "/v1/embeddings", KC, body, buf, sizeof buf), ==, 200);
+    o = json_loads(body_of(buf), 0, NULL);
+    s = json_dumps(json_object_get(o, "data"), JSON_COMPACT);
+    CHECK_STR(s, want);
+    free(s);
+    json_decref(o);
+    CHECK_INT(http_request(port(&b), "POST", "/api/embed", KC,
+                           "{\"model\":\"fw\",\"input\":\"the cat\"}", buf, sizeof buf), ==, 200);
+    CHECK(strstr(body_of(buf), "\"embeddings\":[["));
+    CHECK(log_has(&b, "\"finish\":\"forwarded\"", "\"status\":200"));
+    /* chat on an embedding model: a 400 from the serving node, through b */
+    CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":2"),
+                           buf, sizeof buf), ==, 400);
+    CHECK(strstr(buf, "embedding model"));
+    stop(&b);
+    stop(&a);
 }

@@ -175,6 +175,7 @@ static engine *pipeline_engine(node *head, const lm *l, const char *model_name,
     spec.n_threads = 1;
     spec.wire_f32 = f32;
     spec.kv_type = cache_type;
+    spec.pooling = hp.pooling;
     spec.n_stages = 2;
     snprintf(spec.stage[0].node, 33, "%s", s0);
     snprintf(spec.stage[1].node, 33, "%s", s1);
@@ -693,4 +694,92 @@ TEST_T(pipeline_plan_nodes_only, 120)
     stop(&c);
     stop(&b);
     stop(&a);
+}
+
+/* An embedding model over two stages: the last stage pools and sends one
+ * vector per input (protocol 2.2), the same as one node's engine makes
+ * (f32 wire), with an input longer than a batch; tensor-parallel shards
+ * of an embedding model are refused. */
+static void embed_all(engine *e, float *out, int E)
+{
+    static int32_t ids[3][40];
+    static const int lens[3] = { 40, 3, 17 };
+    gen_request rq[3];
+    collect c[3];
+    memset(rq, 0, sizeof rq);
+    for (int i = 0; i < 3; i++) {
+        for (int k = 0; k < lens[i]; k++)
+            ids[i][k] = (int32_t)((k * 31 + i * 7) % 256);
+        memset(&c[i], 0, sizeof c[i]);
+        sampler_params_default(&rq[i].sampling);
+        rq[i].prompt = ids[i];
+        rq[i].n_prompt = lens[i];
+        rq[i].embedding = out + (size_t)i * E;
+        rq[i].user = &c[i];
+        rq[i].on_done = on_done;
+        CHECK_OK(engine_submit(e, &rq[i]));
+    }
+    for (int step = 0; step < 4000 && (!c[0].done || !c[1].done || !c[2].done); step++)
+        CHECK(engine_step(e) >= 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK_INT(c[i].done, ==, 1);
+        CHECK_INT(c[i].res.finish, ==, GEN_STOP);
+    }
+}
+
+TEST_T(pipeline_embeddings_same_vectors, 120)
+{
+    model_preset = "tiny-qwen3-embed-mean";
+    node a = { 0 }, b = { 0 };
+    start(&a, "ea", NULL, NULL);
+    start(&b, "eb", cluster_join_token(a.c), &a);
+    wait_up(&a, &b);
+    char pa[800], pb[800];
+    snprintf(pa, sizeof pa, "%s/m4.gguf", a.models);
+    snprintf(pb, sizeof pb, "%s/m4.gguf", b.models);
+    write_model(pa);
+    write_model(pb);
+    lm whole, head;
+    CHECK_OK(lm_open(&whole, pa, true, NULL));
+    CHECK_OK(lm_open(&head, pa, false, NULL));
+    const int E = whole.m->hp.n_embd;
+    float *ref = calloc((size_t)3 * E, sizeof *ref), *got = calloc((size_t)3 * E, sizeof *got);
+    engine_params ep = { .n_ctx = 128, .n_seq = 4, .n_batch = 32, .n_threads = 1,
+                         .max_queue = 8, .precision = MATMUL_FAST };
+    engine *e;
+    CHECK_OK(engine_new(whole.m, whole.tok, &ep, &e));
+    embed_all(e, ref, E);
+    engine_free(e);
+
+    e = pipeline_engine(&a, &head, "m4", cluster_self_id(b.c), cluster_self_id(a.c), 2, true);
+    CHECK_INT(engine_embd_dims(e), ==, E);
+    embed_all(e, got, E);
+    for (int k = 0; k < 3 * E; k++)
+        CHECK_NEAR(got[k], ref[k], 1e-6);
+    /* a generation request is refused by an embedding model's pipeline */
+    gen_request g;
+    memset(&g, 0, sizeof g);
+    g.prompt = prompts[0];
+    g.n_prompt = n_prompt[0];
+    CHECK_INT(engine_submit(e, &g), ==, RC_EINVAL);
+    engine_free(e);
+
+    pipeline_spec spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.model, sizeof spec.model, "m4");
+    spec.n_layer = 4; spec.n_embd = E; spec.n_vocab = 512; spec.n_ctx = 64; spec.n_seq = 1;
+    spec.n_batch = 8; spec.n_stages = 2; spec.tensor = true; spec.pooling = POOL_MEAN;
+    snprintf(spec.stage[0].node, 33, "%s", cluster_self_id(a.c));
+    snprintf(spec.stage[1].node, 33, "%s", cluster_self_id(b.c));
+    spec.stage[0].last = 4; spec.stage[1].last = 4;
+    engine_exec *x = NULL;
+    CHECK_INT(pipeline_exec_new(a.p, &spec, 10000, NULL, NULL, &x), ==, RC_EINVAL);
+    CHECK(strstr(rc_errmsg(), "embedding model"));
+    free(ref);
+    free(got);
+    lm_close(&head);
+    lm_close(&whole);
+    stop(&b);
+    stop(&a);
+    model_preset = "tiny";
 }

@@ -434,7 +434,8 @@ static void in_done(struct evhttp_request *req, void *arg)
 
 static const char *const forwardable[] = { "/v1/chat/completions", "/v1/completions",
                                            "/api/chat", "/api/generate", "/api/show",
-                                           "/v1/messages", "/v1/messages/count_tokens" };
+                                           "/v1/messages", "/v1/messages/count_tokens",
+                                           "/v1/embeddings", "/api/embed", "/api/embeddings" };
 
 static bool forwarding_path(const char *path)
 {
@@ -464,8 +465,8 @@ static void in_start(api_server *s, const char *from, const uint8_t *d, size_t l
     if (!formed)
         snprintf(why, sizeof why, "a malformed request: %s", bad);
     else if (!forwarding_path(path))
-        snprintf(why, sizeof why, "a forwarded request must be a generation endpoint or "
-                 "/api/show");
+        snprintf(why, sizeof why, "a forwarded request must be a generation endpoint, an "
+                 "embeddings endpoint or /api/show");
     else if (blen > s->cfg.max_body_bytes)
         snprintf(why, sizeof why, "the request body is larger than the limit of %zu bytes",
                  s->cfg.max_body_bytes);

@@ -148,6 +148,8 @@ static void on_done(gen_request *g, const gen_result *res)
         event_active(s->mail_ev, EV_READ, 0);
 }
 
+void job_on_done(gen_request *g, const gen_result *res) { on_done(g, res); }
+
 void job_models_changed(void *arg)
 {
     api_server *s = arg;
@@ -172,6 +174,7 @@ static void free_job(api_job *j)
         evhttp_connection_set_closecb(j->evcon, NULL, NULL);
     if (j->req && j->req_owned)
         evhttp_request_free(j->req);
+    embed_free(j);
     api_request_free(&j->ar);
     rc_free(j->prompt);
     sb_free(&j->mb_text);
@@ -199,7 +202,9 @@ static bool reap(api_job *j)
 
 static void cancel(api_job *j)
 {
-    if (j->submitted && !j->engine_done) {
+    if (j->submitted && !j->engine_done && j->embed) {
+        embed_cancel(j);
+    } else if (j->submitted && !j->engine_done) {
         atomic_store(&j->gr.cancel, true);
         registry_wake(j->model);
     }
@@ -255,6 +260,8 @@ static void fail_job(api_job *j, const api_error *e)
     reply_error(j, e);
     finish_job(j);
 }
+
+void job_fail(api_job *j, const api_error *e) { fail_job(j, e); }
 
 const char *job_finish_reason(const api_job *j)
 {
@@ -423,6 +430,16 @@ static void start_gen(api_job *j)
         ollama_loaded(j);
         j->req = NULL;
         finish_job(j);
+        return;
+    }
+    if (embed_kind(ar->kind)) {
+        embed_start(j);
+        return;
+    }
+    if (engine_embd_dims(m->eng)) {
+        api_fail(&e, 400, "embedding_model", "model", "model '%s' is an embedding model: it "
+                 "generates no text (POST /v1/embeddings or /api/embed)", m->name);
+        fail_job(j, &e);
         return;
     }
     if (build_prompt(j, &e)) {
@@ -690,6 +707,8 @@ static void complete(api_job *j)
         j->req = NULL;       /* answered by final */
     finish_job(j);
 }
+
+void job_answer(api_job *j) { complete(j); }
 
 /* Moves one job's mail into it; mail_mu held. */
 static void take_mail(api_job *j)

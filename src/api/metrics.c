@@ -11,7 +11,7 @@
 static const char *const endpoints[] = {
     "/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/cluster",
     "/api/chat", "/api/generate", "/api/tags", "/api/show", "/api/version", "/api/ps",
-    "/v1/messages", "/v1/messages/count_tokens",
+    "/v1/messages", "/v1/messages/count_tokens", "/v1/embeddings", "/api/embed", "/api/embeddings",
     "/health", "/metrics", "/", "other"
 };
 #define N_ENDPOINTS (int)(sizeof endpoints / sizeof endpoints[0])

@@ -50,6 +50,7 @@ typedef struct {
     char quant[16];
     int n_ctx_train, n_embd, n_layer;
     bool tools;
+    bool embeds;            /* an embedding model (ARCH.pooling_type) */
     char *template_src;     /* rc_malloc'd, may be NULL */
 } model_facts;
 
@@ -74,6 +75,7 @@ static int read_facts(api_server *s, const api_model *m, model_facts *f)
         f->n_ctx_train = hp.n_ctx_train;
         f->n_embd = hp.n_embd;
         f->n_layer = hp.n_layer;
+        f->embeds = hp.pooling != POOL_NONE;
     }
     /* parameters, and the weight type holding the most bytes */
     uint64_t bytes_by_type[TT_COUNT] = { 0 };
@@ -216,7 +218,8 @@ int ollama_show(api_server *s, struct evhttp_request *req, const char *body, siz
     json_object_set_new(info, arch_key, json_integer(f.n_embd));
     snprintf(arch_key, sizeof arch_key, "%s.block_count", f.arch);
     json_object_set_new(info, arch_key, json_integer(f.n_layer));
-    json_t *caps = json_pack("[s]", "completion");
+    /* as Ollama shows it: an embedding model does no completion */
+    json_t *caps = json_pack("[s]", f.embeds ? "embedding" : "completion");
     if (f.tools)
         json_array_append_new(caps, json_string("tools"));
     if (reasoning_template_thinks(f.template_src))

@@ -50,8 +50,11 @@ static int place(const registry_config *cfg, const char *name, const model_hpara
                    n == 1 ? " is" : "s are");
         min_nodes = n;
     }
+    /* an embedding model is split by layers: the shards' last stage does
+     * not pool */
     placement_opts o = { .n_ctx = n_ctx, .n_seq = n_seq, .min_nodes = min_nodes,
-                         .tensor = cfg->split_tensor, .auto_split = cfg->split_auto };
+                         .tensor = cfg->split_tensor && !hp->pooling,
+                         .auto_split = cfg->split_auto && !hp->pooling };
     rc = placement_make(ms, nodes, n, links, &o, pl);
     rc_free(nodes);
     rc_free(links);
@@ -101,6 +104,7 @@ static int start_exec(const registry_config *cfg, api_model *m, const model_hpar
     spec.n_threads = 0;                            /* each node its own */
     spec.wire_f32 = cfg->wire_f32;
     spec.kv_type = m->ep.kv_type;
+    spec.pooling = hp->pooling;
     spec.n_stages = pl->n_stages;
     spec.tensor = pl->tensor;
     for (int k = 0; k < pl->n_stages; k++) {

@@ -765,6 +765,9 @@ int api_request_parse(int kind, const char *body, size_t len, api_request *r, ap
         case API_OLLAMA_GENERATE:   rc = parse_ollama_generate(r, o, e); break;
         case API_ANTHROPIC_MESSAGES:
         case API_ANTHROPIC_COUNT:   rc = parse_anthropic(r, o, e); break;
+        case API_OPENAI_EMBED:
+        case API_OLLAMA_EMBED:
+        case API_OLLAMA_EMBEDDINGS: rc = api_embed_parse(r, o, e); break;
         default: rc = api_fail(e, 500, "internal", NULL, "unknown endpoint kind %d", kind);
         }
     }
@@ -791,6 +794,11 @@ void api_request_free(api_request *r)
     rc_free(r->grammar);
     for (int i = 0; i < r->n_grammar_triggers; i++)
         rc_free(r->grammar_triggers[i]);
+    for (int i = 0; i < r->n_inputs; i++) {
+        rc_free(r->inputs[i].text);
+        rc_free(r->inputs[i].ids);
+    }
+    rc_free(r->inputs);
     memset(r, 0, sizeof *r);
 }
 

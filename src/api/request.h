@@ -33,9 +33,21 @@ enum api_kind {
     API_OLLAMA_CHAT,        /* POST /api/chat */
     API_OLLAMA_GENERATE,    /* POST /api/generate */
     API_ANTHROPIC_MESSAGES, /* POST /v1/messages */
-    API_ANTHROPIC_COUNT     /* POST /v1/messages/count_tokens: the prompt's tokens only */
+    API_ANTHROPIC_COUNT,    /* POST /v1/messages/count_tokens: the prompt's tokens only */
+    API_OPENAI_EMBED,       /* POST /v1/embeddings */
+    API_OLLAMA_EMBED,       /* POST /api/embed */
+    API_OLLAMA_EMBEDDINGS   /* POST /api/embeddings (Ollama's older endpoint) */
 };
-#define API_N_KINDS 6
+#define API_N_KINDS 9
+
+#define API_MAX_EMBED_INPUTS 2048   /* inputs of one embeddings request (OpenAI's limit) */
+
+/* One input of an embeddings request: text, or token ids (OpenAI). */
+typedef struct {
+    char *text;               /* NULL for token ids */
+    int32_t *ids;
+    int n_ids;
+} api_embed_input;
 
 #define API_MAX_STOPS        16
 #define API_MAX_TOP_LOGPROBS 20
@@ -111,7 +123,17 @@ typedef struct {
     char *grammar;
     char *grammar_triggers[API_MAX_TRIGGERS];
     int n_grammar_triggers;
+    /* embeddings (embed_request.c) */
+    api_embed_input *inputs;
+    int n_inputs;             /* 0: Ollama's load-only request (no input) */
+    int dimensions;           /* > 0: cut the vectors to this many, renormalised */
+    bool base64;              /* OpenAI encoding_format "base64" */
+    bool truncate;            /* Ollama: cut long inputs to the context, not fail */
 } api_request;
+
+/* The embeddings endpoints' bodies (embed_request.c): *o is a JSON object;
+ * fills r's model and embedding fields.  -1 with *e. */
+int api_embed_parse(api_request *r, const json_t *o, api_error *e);
 
 /* Parses `len` bytes of JSON for endpoint `kind` into *r (zeroed first).
  * Returns 0, or -1 with *e filled (status 400); *r is then freed already.

@@ -390,6 +390,9 @@ static const route routes[] = {
     { "/api/generate",        EVHTTP_REQ_POST, API_OLLAMA_GENERATE },
     { "/v1/messages",         EVHTTP_REQ_POST, API_ANTHROPIC_MESSAGES },
     { "/v1/messages/count_tokens", EVHTTP_REQ_POST, API_ANTHROPIC_COUNT },
+    { "/v1/embeddings",       EVHTTP_REQ_POST, API_OPENAI_EMBED },
+    { "/api/embed",           EVHTTP_REQ_POST, API_OLLAMA_EMBED },
+    { "/api/embeddings",      EVHTTP_REQ_POST, API_OLLAMA_EMBEDDINGS },
     { "/v1/models",           EVHTTP_REQ_GET,  -1 },
     { "/v1/cluster",          EVHTTP_REQ_GET,  -1 },
     { "/v1/instances",        EVHTTP_REQ_POST, -1 },
@@ -516,7 +519,7 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
         }
         static const job_ops *const ops[API_N_KINDS] = {
             &openai_chat_ops, &openai_completion_ops, &ollama_chat_ops, &ollama_generate_ops,
-            &anthropic_ops, &anthropic_ops };
+            &anthropic_ops, &anthropic_ops, &embed_ops, &embed_ops, &embed_ops };
         job_run(s, req, r->path, key_id, internal ? fwd_client(req) : NULL, &ar, ops[r->kind]);
         return;
     }

@@ -143,6 +143,7 @@ struct api_job {
     int blk_n, blk_open;
     bool blk_text;                  /* a text block was sent */
     api_job *prev, *next;           /* srv->jobs */
+    struct embed_job *embed;        /* an embeddings request's inputs (embed.c), or NULL */
 };
 
 /* ---- server.c ---- */
@@ -175,6 +176,22 @@ void job_models_changed(void *srv);     /* registry callback (loader thread) */
 void job_token_text(const api_job *j, int32_t id, strbuf *out);
 /* finish_reason of the job's end. */
 const char *job_finish_reason(const api_job *j);
+
+/* For embed.c: job.c's on_done for the whole request (g->user is the job),
+ * ending a job with an error, and answering it (ops->final). */
+void job_on_done(gen_request *g, const gen_result *res);
+void job_fail(api_job *j, const api_error *e);
+void job_answer(api_job *j);
+
+/* ---- embed.c ---- */
+typedef struct embed_job embed_job;
+extern const job_ops embed_ops;
+bool embed_kind(int kind);              /* an embeddings endpoint's api_kind */
+/* Tokenizes, checks and submits the inputs of a job whose model is READY
+ * (or answers it with an error). */
+void embed_start(api_job *j);
+void embed_cancel(api_job *j);          /* the client went away */
+void embed_free(api_job *j);            /* accepts a job without inputs */
 
 /* ---- forward.c ---- */
 int  fwd_attach(api_server *s);         /* with cfg.forward: takes its messages */

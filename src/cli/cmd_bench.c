@@ -274,6 +274,13 @@ int cmd_bench(int argc, char **argv)
         rc = cli_error(NULL);
         goto done;
     }
+    if (m->hp.pooling != POOL_NONE) {
+        /* its last stage writes every row's hidden state, not logits */
+        fprintf(stderr, "racimo: bench: %s is an embedding model (%s pooling): it makes no "
+                "logits to generate from\n", path, model_pooling_name(m->hp.pooling));
+        rc = 1;
+        goto done;
+    }
     /* Touch every weight page once so load time includes reading the file
      * and the first repetition is not a cold-cache outlier. */
     {

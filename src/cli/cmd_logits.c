@@ -79,6 +79,13 @@ int cmd_logits(int argc, char **argv)
         rc = cli_error(NULL);
         goto done;
     }
+    if (m->hp.pooling != POOL_NONE) {
+        fprintf(stderr, "racimo: logits: %s is an embedding model (%s pooling): it makes no "
+                "logits (serve it and POST /v1/embeddings)\n", path,
+                model_pooling_name(m->hp.pooling));
+        rc = 1;
+        goto done;
+    }
     const int V = m->hp.n_vocab;
     if (batch <= 0 || batch > n)
         batch = n;

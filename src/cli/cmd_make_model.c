@@ -22,6 +22,8 @@ static void usage(FILE *f)
         "  --layers N        override the number of layers\n"
         "  --vocab N         override the vocabulary size\n"
         "  --seed N          random seed (default 1)\n"
+        "  --pooling P       make an embedding model: mean, cls or last (the\n"
+        "                    tiny-qwen3-embed presets have it already)\n"
         "  --no-weights      write the head only, the data a hole (sparse): the real\n"
         "                    shapes of a model too large to write, for `racimo plan`\n"
         "  -o FILE           output path\n", synth_preset_names());
@@ -29,7 +31,7 @@ static void usage(FILE *f)
 
 int cmd_make_model(int argc, char **argv)
 {
-    const char *preset = NULL, *type = "F32", *out = NULL;
+    const char *preset = NULL, *type = "F32", *out = NULL, *pooling = NULL;
     long layers = 0, vocab = 0, seed = 1;
     int head_only = 0;
     for (int i = 1; i < argc; i++) {
@@ -39,6 +41,7 @@ int cmd_make_model(int argc, char **argv)
         else if (!strcmp(a, "--preset") && has) preset = argv[++i];
         else if (!strcmp(a, "--type") && has) type = argv[++i];
         else if (!strcmp(a, "-o") && has) out = argv[++i];
+        else if (!strcmp(a, "--pooling") && has) pooling = argv[++i];
         else if (!strcmp(a, "--no-weights")) head_only = 1;
         else if (!strcmp(a, "--layers") && has && !cli_parse_int(argv[i + 1], 1, 4096, &layers)) i++;
         else if (!strcmp(a, "--vocab") && has && !cli_parse_int(argv[i + 1], 300, 1 << 24, &vocab)) i++;
@@ -68,6 +71,17 @@ int cmd_make_model(int argc, char **argv)
     if (layers) p.n_layer = (int)layers;
     if (vocab) p.n_vocab = (int)vocab;
     p.seed = (uint64_t)seed;
+    if (pooling) {
+        static const char *names[] = { "mean", "cls", "last" };
+        p.pooling = 0;
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(pooling, names[k]))
+                p.pooling = k + 1;
+        if (!p.pooling) {
+            fprintf(stderr, "racimo: make-model: pooling '%s' is not mean, cls or last\n", pooling);
+            return 2;
+        }
+    }
     if (head_only ? synth_write_head(out, &p) : synth_write(out, &p))
         return cli_error("make-model");
     fprintf(stderr, "wrote %s\n", out);

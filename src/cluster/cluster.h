@@ -83,7 +83,7 @@ int cluster_start(struct cluster *c);
 
 /* The cluster view as JSON (a new reference):
  *   {"self": id, "leader": id, "quorum": bool, "members": n, "members_up": n,
- *    "protocol": "2.1", "fingerprint": hex,
+ *    "protocol": "2.2", "fingerprint": hex,
  *    "nodes": [{"id","name","addresses":[...],"cluster_port","http_port",
  *               "state":"up"|"down","self":bool,"down_for_ms":n|null,
  *               "version","protocol","hardware":{"cores","threads","simd","cpu",

@@ -109,6 +109,21 @@ void pl__on_result(pipeline *p, const char *from, const uint8_t *data, size_t le
     } else if (n > (uint32_t)h->spec.n_seq) {
         snprintf(g->error, sizeof g->error, "the last stage sent %u rows", n);
         g->status = RC_EFORMAT;
+    } else if (h->spec.pooling) {
+        /* (2.2) an embedding model's rows: each a pooled vector, f32 */
+        const size_t E = (size_t)h->spec.n_embd;
+        for (uint32_t i = 0; i < n && !r.bad; i++) {
+            const uint8_t *v = rb_get(&r, E * 4);
+            if (v)
+                memcpy(g->vecs + i * E, v, E * 4);
+            g->rows[i] = (exec_sampled){ .embd = g->vecs + i * E };
+        }
+        if (r.bad || r.off != len) {
+            snprintf(g->error, sizeof g->error, "malformed result from the last stage (an "
+                     "embedding model's needs protocol 2.2 there)");
+            g->status = RC_EFORMAT;
+        }
+        g->n = (int)n;
     } else {
         for (uint32_t i = 0; i < n && !r.bad; i++) {
             exec_sampled *x = &g->rows[i];
@@ -251,8 +266,10 @@ static void head_free(engine_exec *x)
         }
     pthread_mutex_unlock(&p->mu);
     if (h->groups)
-        for (int g = 0; g < x->n_groups; g++)
+        for (int g = 0; g < x->n_groups; g++) {
             rc_free(h->groups[g].rows);
+            rc_free(h->groups[g].vecs);
+        }
     rc_free(h->groups);
     rc_free(h->buf);
     pthread_cond_destroy(&h->cv);
@@ -323,6 +340,9 @@ int pipeline_exec_new(pipeline *p, const pipeline_spec *spec, int timeout_ms,
                                                    : "pipeline stages must cover the layers in order");
     if (spec->tensor && spec->n_stages < 2)
         return rc_fail(RC_EINVAL, "tensor parallelism needs 2 or more shards");
+    if (spec->tensor && spec->pooling)
+        return rc_fail(RC_EINVAL, "an embedding model is split by layers, not by tensor "
+                       "parallelism");
     if (spec->stage[spec->n_stages - 1].last != spec->n_layer)
         return rc_fail(RC_EINVAL, "pipeline stages end at layer %d of %d",
                        spec->stage[spec->n_stages - 1].last, spec->n_layer);
@@ -333,7 +353,8 @@ int pipeline_exec_new(pipeline *p, const pipeline_spec *spec, int timeout_ms,
      * work on the same batch */
     int G = spec->tensor ? 1 : spec->n_stages < spec->n_seq ? spec->n_stages : spec->n_seq;
     h->x = (engine_exec){ .n_groups = G, .submit = head_submit, .collect = head_collect,
-                          .wake = head_wake, .broken = pipeline_exec_broken, .free = head_free };
+                          .wake = head_wake, .broken = pipeline_exec_broken, .free = head_free,
+                          .n_embd_out = spec->pooling ? spec->n_embd : 0 };
     h->p = p;
     h->spec = *spec;
     pthread_condattr_t ca;
@@ -343,13 +364,14 @@ int pipeline_exec_new(pipeline *p, const pipeline_spec *spec, int timeout_ms,
     pthread_condattr_destroy(&ca);
     h->groups = rc_calloc((size_t)G, sizeof *h->groups);
     for (int g = 0; h->groups && g < G; g++)
-        if (!(h->groups[g].rows = rc_calloc((size_t)spec->n_seq, sizeof(exec_sampled)))) {
-            rc_free(h->groups[g].rows);
+        if (!(h->groups[g].rows = rc_calloc((size_t)spec->n_seq, sizeof(exec_sampled))) ||
+            (spec->pooling && !(h->groups[g].vecs = rc_calloc((size_t)spec->n_seq *
+                                                                  (size_t)spec->n_embd,
+                                                              sizeof(float)))))
             break;
-        }
     bool oom = !h->groups;
     for (int g = 0; !oom && g < G; g++)
-        oom = !h->groups[g].rows;
+        oom = !h->groups[g].rows || (spec->pooling && !h->groups[g].vecs);
     pthread_mutex_lock(&p->mu);
     h->inst = ++p->next_inst;
     h->next = p->execs;

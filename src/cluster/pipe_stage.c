@@ -88,7 +88,8 @@ static void stage_bytes(const stage_inst *si, double *kv, double *buffers)
     double work = B * (6 * E + 2 * ff + 3.0 * hp->n_head * hp->head_dim) * F +
                   (double)si->n_threads * hp->n_head * si->n_ctx * F;
     double io = B * E * F * (1 + si->n_ranks) +
-                (si->last == hp->n_layer ? (double)si->n_seq * hp->n_vocab * F * 2 : B * E * F);
+                (si->last == hp->n_layer && !hp->pooling ? (double)si->n_seq * hp->n_vocab * F * 2
+                                                         : B * E * F);
     *buffers = work + io;
 }
 
@@ -173,11 +174,19 @@ static int stage_load(stage_inst *si)
     if ((rc = stage_new(si->m, &sp, &si->st)))
         return rc;
     const size_t E = (size_t)hp->n_embd, B = (size_t)si->n_batch;
-    bool last = si->last == hp->n_layer;
+    bool last = si->last == hp->n_layer, logits = last && !hp->pooling;
     si->in = rc_malloc(B * E * sizeof(float));
-    si->out = rc_malloc((last ? (size_t)si->n_seq * (size_t)hp->n_vocab : B * E) * sizeof(float));
+    si->out = rc_malloc((logits ? (size_t)si->n_seq * (size_t)hp->n_vocab : B * E) * sizeof(float));
     if (!si->in || !si->out)
         return rc_fail(RC_ENOMEM, "out of memory for the stage's buffers");
+    if (last && hp->pooling) {
+        /* an embedding model: the last stage pools (2.2) */
+        if (si->n_ranks > 1)
+            return rc_fail(RC_EINVAL, "an embedding model is not split by tensor parallelism");
+        if (!(si->pooled = rc_malloc((size_t)si->n_seq * E * sizeof(float))))
+            return rc_fail(RC_ENOMEM, "out of memory for the stage's buffers");
+        return embed_pool_new(si->n_seq, (int)E, hp->pooling, &si->ep);
+    }
     if (si->n_ranks > 1 && !(si->parts = rc_malloc((size_t)si->n_ranks * B * E * sizeof(float))))
         return rc_fail(RC_ENOMEM, "out of memory for the shard's sums");
     if (last && (rc = sample_set_new(si->n_seq, hp->n_vocab, &si->ss)))
@@ -235,6 +244,11 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
         stage_seq_truncate(si->st, s->seq, s->keep);
         if (si->unseen)
             si->unseen[s->seq] = false;
+        if (si->ep && embed_pool_start(si->ep, s)) {
+            snprintf(why, sizeof why, "sequence start: %s", rc_errmsg());
+            stage_send_error(si, group, why);
+            return;
+        }
         if (!si->ss)
             continue;
         int32_t *prompt = rc_malloc((size_t)(s->n_prompt + s->n_generated) * 4 + 4);
@@ -338,8 +352,17 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
         wb_u32(&w, si->inst);
         wb_u32(&w, group);
         wb_u32(&w, 0);
-        wb_u32(&w, (uint32_t)got);
         int k = 0;
+        if (si->ep) {
+            /* (2.2) one pooled vector per row that asked, f32 */
+            if (embed_pool_batch(si->ep, &b, si->out, si->pooled, &k))
+                snprintf(why, sizeof why, "%s", rc_errmsg());
+            wb_u32(&w, (uint32_t)k);
+            wb_put(&w, si->pooled, (size_t)k * (size_t)E * 4);
+            got = 0;                  /* no token rows below */
+        } else {
+            wb_u32(&w, (uint32_t)got);
+        }
         for (uint32_t i = 0; i < n_rows && k < got; i++) {
             if (!rw[i])
                 continue;
@@ -398,6 +421,10 @@ static void stage_batch_run(stage_inst *si, const uint8_t *data, size_t len)
 static void stage_inst_release(stage_inst *si)
 {
     sample_set_free(si->ss);
+    embed_pool_free(si->ep);
+    rc_free(si->pooled);
+    si->ep = NULL;
+    si->pooled = NULL;
     stage_free(si->st);
     model_free(si->m);
     rc_free(si->in);

@@ -37,6 +37,9 @@ typedef struct {
     bool tensor;              /* the stages are tensor-parallel shards (each [0, n_layer)):
                                  every batch goes to all of them, they sum their parts
                                  with each other, and shard 0 samples */
+    int pooling;              /* an embedding model's pooling (model.h POOL_*; 0: none):
+                                the last stage sends each input's pooled vector (2.2);
+                                layer ranges only, not tensor-parallel shards */
     int n_stages;
     pipeline_stage stage[PIPELINE_MAX_STAGES];
     int test_old_cut;         /* tests only: 1 = send SETUP without "cut", as a head

@@ -128,6 +128,8 @@ typedef struct stage_inst {
     model *m;
     stage *st;
     sample_set *ss;
+    embed_pool *ep;           /* an embedding model's last stage: instead of ss */
+    float *pooled;            /* [n_seq][n_embd] its vectors of a batch */
     float *in, *out;
     uint8_t *wbuf;
     size_t wcap;
@@ -172,6 +174,7 @@ typedef struct {
     char error[256];
     int n;
     exec_sampled *rows;       /* [n_seq] */
+    float *vecs;              /* [n_seq][n_embd] an embedding model's rows' vectors */
 } head_group;
 
 typedef struct head_exec {

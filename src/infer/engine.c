@@ -70,6 +70,8 @@ struct engine {
     const model *m;          /* NULL for a pipeline */
     const tokenizer *tok;
     int n_vocab;
+    int embd_dims;           /* an embedding model's vector width (its
+                                executors' n_embd_out), or 0 */
     engine_params p;
     stage *st;               /* local executor's stage, or NULL */
     engine_exec *x;
@@ -180,6 +182,7 @@ int engine_new(const model *m, const tokenizer *tok, const engine_params *p, eng
         (rc = exec_local_new(e->st, p->n_seq, &e->x)) || (rc = engine_groups(e)))
         goto fail;
     exec_local_use_tokenizer(e->x, tok);
+    e->embd_dims = e->x->n_embd_out;
     *out = e;
     return 0;
 fail:
@@ -202,6 +205,7 @@ int engine_new_exec(engine_exec *x, const tokenizer *tok, int n_vocab, const eng
         return rc_fail(RC_ENOMEM, "out of memory creating an engine");
     }
     e->x = x;
+    e->embd_dims = x->n_embd_out;
     if ((rc = engine_init(e, tok, n_vocab, p)) || (rc = engine_groups(e))) {
         engine_free(e);
         return rc;
@@ -243,7 +247,15 @@ int engine_submit(engine *e, gen_request *r)
 {
     if (r->n_prompt <= 0)
         return rc_fail(RC_EINVAL, "the prompt is empty");
-    if (r->n_prompt >= e->p.n_ctx)
+    const int embeds = e->embd_dims;
+    if (embeds && !r->embedding)
+        return rc_fail(RC_EINVAL, "this model makes embeddings; it does not generate text");
+    if (!embeds && r->embedding)
+        return rc_fail(RC_EINVAL, "this model generates text; it makes no embeddings");
+    if (embeds && r->n_prompt > e->p.n_ctx)
+        return rc_fail(RC_EINVAL, "the input has %d tokens; the context holds %d (%d too many)",
+                       r->n_prompt, e->p.n_ctx, r->n_prompt - e->p.n_ctx);
+    if (!embeds && r->n_prompt >= e->p.n_ctx)
         return rc_fail(RC_EINVAL, "the prompt has %d tokens; the context holds %d (%d too many, "
                        "leaving room for one generated token)",
                        r->n_prompt, e->p.n_ctx, r->n_prompt - e->p.n_ctx + 1);
@@ -419,6 +431,8 @@ static void admit(engine *e)
         /* Keep the shared prefix but always evaluate the prompt's last token:
          * its logits give the first generated token. */
         int keep = best_len < r->n_prompt ? best_len : r->n_prompt - 1;
+        if (r->embedding)
+            keep = 0;                /* pooling needs every row of the input */
         best->n_tokens = keep;
         best->feed = r->prompt;
         best->n_feed = r->n_prompt;
@@ -452,6 +466,16 @@ static void admit(engine *e)
 static int accept_token(engine *e, slot *s, const exec_sampled *x)
 {
     gen_request *r = s->req;
+    if (r->embedding) {
+        if (!x->embd) {
+            finish(e, s, GEN_ERROR, "the last stage sent a token for an embedding");
+            return 1;
+        }
+        memcpy(r->embedding, x->embd, (size_t)e->embd_dims * sizeof(float));
+        s->t_prompt_done = os_now_ns();
+        finish(e, s, GEN_STOP, NULL);
+        return 1;
+    }
     int32_t t = x->token;
     if (t < 0) {
         finish(e, s, GEN_ERROR,
@@ -767,3 +791,5 @@ void engine_get_stats(engine *e, engine_stats *st)
 
 const tokenizer *engine_tokenizer(const engine *e) { return e->tok; }
 const model *engine_model(const engine *e) { return e->m; }
+
+int engine_embd_dims(const engine *e) { return e->embd_dims; }

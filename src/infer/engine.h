@@ -78,6 +78,11 @@ struct gen_request {
     const char *grammar;
     const char *const *grammar_triggers;
     int n_grammar_triggers;
+    /* An embedding model's request (engine_embd_dims() > 0): the prompt's
+     * pooled, L2-normalised vector is written here (engine_embd_dims()
+     * floats) before on_done; nothing is generated.  NULL for generation;
+     * the other kind of request is refused by engine_submit. */
+    float *embedding;
     void *user;
     /* Called on the engine thread.  on_text gets valid UTF-8 text (never
      * part of a stop string); on_token, if set, each sampled token. */
@@ -171,5 +176,8 @@ void engine_get_stats(engine *e, engine_stats *st);
 
 const tokenizer *engine_tokenizer(const engine *e);
 const model *engine_model(const engine *e);   /* NULL for a pipeline */
+/* The width of the vectors an embedding model's engine makes; 0 for a
+ * generation model (any thread). */
+int engine_embd_dims(const engine *e);
 
 #endif

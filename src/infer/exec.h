@@ -76,6 +76,10 @@ enum {
 };
 
 typedef struct {
+    /* An embedding model's executor (n_embd_out > 0): the input's pooled,
+     * L2-normalised vector of n_embd_out floats, valid as long as rows are;
+     * token and the rest are unused.  NULL otherwise. */
+    const float *embd;
     int32_t token;              /* < 0: EXEC_BANNED, EXEC_GRAMMAR_* */
     float logprob;
     int n_top;
@@ -86,6 +90,8 @@ typedef struct {
 typedef struct engine_exec engine_exec;
 struct engine_exec {
     int n_groups;               /* >= 1 */
+    int n_embd_out;             /* > 0: an embedding model's; each sampled row
+                                   is its sequence's pooled vector (embd) */
     /* Queues a batch for a group with none in flight (it may do all the
      * work before returning).  0, or negative with rc_errmsg(). */
     int  (*submit)(engine_exec *x, const exec_batch *b);
@@ -136,6 +142,20 @@ int  sample_set_sample(sample_set *s, int seq, float *logits, exec_sampled *out)
 const sampler *sample_set_get(const sample_set *s, int seq, int *n_logprobs);
 void sample_set_accept(sample_set *s, int seq, int32_t token);
 int  sample_set_constrain(sample_set *s, int seq, float *logits);
+
+/* The pooling of every sequence slot of an embedding model, kept where
+ * the hidden states are made (the last stage). */
+typedef struct embed_pool embed_pool;
+int  embed_pool_new(int n_seq, int n_embd, int pooling, embed_pool **out);
+void embed_pool_free(embed_pool *p);              /* accepts NULL */
+/* A new input in the slot: forgets what it pooled.  RC_EINVAL for a bad
+ * slot or a start that keeps cached positions (pooling needs them all). */
+int  embed_pool_start(embed_pool *p, const exec_start *st);
+/* Pools a batch's rows (hidden: the stage's normed states of every row);
+ * for each row that asks (b->logits), in batch order, writes its
+ * sequence's pooled, L2-normalised vector to out[k][n_embd]; *n_out = k. */
+int  embed_pool_batch(embed_pool *p, const stage_batch *b, const float *hidden, float *out,
+                      int *n_out);
 
 /* One-node executor over a stage that holds the whole model (which must
  * outlive it). */

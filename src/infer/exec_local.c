@@ -8,7 +8,10 @@ typedef struct {
     engine_exec x;
     stage *st;
     sample_set *ss;
-    float *logits;            /* [n_seq][n_vocab] */
+    embed_pool *ep;           /* an embedding model's, instead of ss */
+    float *logits;            /* [n_seq][n_vocab], or an embedding model's
+                                 [n_batch][n_embd] hidden states */
+    float *pooled;            /* [n_seq][n_embd] (embedding model) */
     exec_sampled *out;        /* [n_seq] */
     int n_out, group;
     int ready;                /* 1 result, -1 failure, 0 none */
@@ -25,12 +28,22 @@ static int local_submit(engine_exec *x, const exec_batch *b)
     l->ready = -1;
     for (int i = 0; i < b->n_starts; i++) {
         stage_seq_truncate(l->st, b->starts[i].seq, b->starts[i].keep);
-        if (sample_set_start(l->ss, &b->starts[i]))
+        if (l->ep ? embed_pool_start(l->ep, &b->starts[i]) : sample_set_start(l->ss, &b->starts[i]))
             return 0;
     }
     int got = 0;
     if (b->rows.n_rows > 0 && stage_forward(l->st, &b->rows, NULL, l->logits, &got))
         return 0;
+    if (l->ep) {
+        const size_t E = (size_t)l->x.n_embd_out;
+        if (b->rows.n_rows > 0 && embed_pool_batch(l->ep, &b->rows, l->logits, l->pooled, &got))
+            return 0;
+        for (int k = 0; k < got; k++)
+            l->out[k] = (exec_sampled){ .embd = l->pooled + (size_t)k * E };
+        l->n_out = got;
+        l->ready = 1;
+        return 0;
+    }
     int k = 0;
     for (int r = 0; r < b->rows.n_rows; r++) {
         if (b->rows.logits && !b->rows.logits[r])
@@ -69,6 +82,8 @@ static void local_free(engine_exec *x)
     if (!l)
         return;
     sample_set_free(l->ss);
+    embed_pool_free(l->ep);
+    rc_free(l->pooled);
     rc_free(l->logits);
     rc_free(l->out);
     stage_free(l->own_st);
@@ -86,21 +101,35 @@ int exec_local_new(stage *st, int n_seq, engine_exec **out)
     l->x = (engine_exec){ .n_groups = 1, .submit = local_submit, .collect = local_collect,
                           .wake = local_wake, .free = local_free };
     l->st = st;
-    int rc = sample_set_new(n_seq, m->hp.n_vocab, &l->ss);
-    l->logits = rc_calloc((size_t)n_seq * (size_t)m->hp.n_vocab, sizeof(float));
+    const size_t E = (size_t)m->hp.n_embd;
+    int rc;
+    if (m->hp.pooling != POOL_NONE) {
+        l->x.n_embd_out = (int)E;
+        rc = embed_pool_new(n_seq, (int)E, m->hp.pooling, &l->ep);
+        l->logits = rc_calloc((size_t)stage_batch_rows(st) * E, sizeof(float));
+        l->pooled = rc_calloc((size_t)n_seq * E, sizeof(float));
+        if (!l->pooled && !rc)
+            rc = rc_fail(RC_ENOMEM, "out of memory for the executor");
+    } else {
+        rc = sample_set_new(n_seq, m->hp.n_vocab, &l->ss);
+        l->logits = rc_calloc((size_t)n_seq * (size_t)m->hp.n_vocab, sizeof(float));
+    }
     l->out = rc_calloc((size_t)n_seq, sizeof *l->out);
     if (rc || !l->logits || !l->out) {
         local_free(&l->x);
         return rc ? rc : rc_fail(RC_ENOMEM, "out of memory for the executor");
     }
-    sample_set_use_file(l->ss, m->file);
+    if (l->ss)   /* an embedding model's executor samples nothing */
+        sample_set_use_file(l->ss, m->file);
     *out = &l->x;
     return 0;
 }
 
 void exec_local_use_tokenizer(engine_exec *x, const tokenizer *tok)
 {
-    sample_set_use_tokenizer(((exec_local *)x)->ss, tok);
+    exec_local *l = (exec_local *)x;
+    if (l->ss)
+        sample_set_use_tokenizer(l->ss, tok);
 }
 
 int exec_local_new_owned(model *m, const stage_params *sp, engine_exec **out)

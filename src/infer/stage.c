@@ -16,7 +16,8 @@
  *   x += Wdown (silu(Wgate h) * Wup h)            (dense)
  *   x += sum_k w_k Wdown_k (silu(Wgate_k h) * Wup_k h) (MoE, top-K experts)
  *        + Wdown_s (silu(Wgate_s h) * Wup_s h)       (shared experts, if any)
- * Then, on the last stage: logits = Wout (rmsnorm(x) * output_norm).
+ * Then, on the last stage: logits = Wout (rmsnorm(x) * output_norm); for an
+ * embedding model (hp.pooling) just rmsnorm(x) * output_norm, every row.
  *
  * Latent attention (deepseek2, R = kv_lora_rank, Dr = rope dims, Dn = D - Dr)
  * replaces the q/k/v part, in the absorbed form:
@@ -604,6 +605,15 @@ int stage_forward(stage *s, const stage_batch *b, const float *in, float *out, i
             *n_out = B;
         return 0;
     }
+    if (hp->pooling != POOL_NONE) {
+        /* An embedding model pools over every row of a sequence (executor's
+         * embed_pool): all rows come out, normed, and no logits. */
+        for (int r = 0; r < B; r++)
+            rmsnorm(out + (size_t)r * E, s->x + (size_t)r * E, m->output_norm.data, E, hp->rms_eps);
+        if (n_out)
+            *n_out = B;
+        return 0;
+    }
     int n = 0;
     for (int r = 0; r < B; r++)
         if (!b->logits || b->logits[r])
@@ -753,5 +763,6 @@ int stage_seq_len(const stage *s, int seq)
 }
 const kv_cache *stage_kv(const stage *s) { return &s->kv; }
 const model *stage_model(const stage *s) { return s->m; }
+int stage_batch_rows(const stage *s) { return s->p.n_batch; }
 int stage_is_first(const stage *s) { return s->m->first == 0; }
 int stage_is_last(const stage *s) { return s->m->last == s->m->hp.n_layer; }

@@ -69,7 +69,9 @@ void stage_free(stage *s);                      /* accepts NULL */
  *        (may be NULL) for the first stage.
  *   out: last stage: logits [n_out][n_vocab] for the rows that asked, in
  *        batch order (a tensor-parallel shard fills only its columns
- *        [vocab0, vocab0 + n_vocab) of each row); other stages: hidden
+ *        [vocab0, vocab0 + n_vocab) of each row); an embedding model's
+ *        (hp.pooling) last stage: the normed hidden states [n_rows][n_embd]
+ *        of every row, whatever b->logits says; other stages: hidden
  *        states [n_rows][n_embd].
  *   *n_out (may be NULL): the number of rows written to out.
  * Returns 0, or RC_EINVAL (bad token id, position, sequence, batch size)
@@ -85,6 +87,7 @@ int stage_seq_len(const stage *s, int seq);
 
 const kv_cache *stage_kv(const stage *s);
 const model *stage_model(const stage *s);
+int stage_batch_rows(const stage *s);   /* n_batch: most rows per call */
 int stage_is_first(const stage *s);
 int stage_is_last(const stage *s);
 

@@ -30,6 +30,12 @@ static const struct {
     [ARCH_DEEPSEEK2] = { "deepseek2", false, false, true,  false },
 };
 
+const char *model_pooling_name(int pooling)
+{
+    static const char *names[] = { "none", "mean", "cls", "last" };
+    return pooling >= 0 && pooling <= POOL_LAST ? names[pooling] : "unknown";
+}
+
 const char *model_arch_name(int arch)
 {
     return arch >= 0 && arch < ARCH_COUNT ? arch_table[arch].name : "unknown";
@@ -276,6 +282,20 @@ int model_read_hparams(const gguf_file *f, model_hparams *hp)
         if (scale > 0.0f && scale != 1.0f)
             hp->rope_freq_scale = 1.0f / scale;
     }
+
+    /* Embedding models; rank (4, rerankers) needs a classifier head we
+     * do not run. */
+    int32_t pool = 0;                          /* -1: unspecified, as none */
+    snprintf(key, sizeof key, "%s.pooling_type", a);
+    if (gguf_get_i32(f, key, &pool) == 0 && pool > POOL_LAST)
+        return rc_fail(RC_EUNSUPPORTED, "%s: pooling type %d is not supported (none, mean, cls "
+                       "and last are)", f->path, pool);
+    hp->pooling = pool > 0 ? pool : POOL_NONE;
+    bool causal = true;
+    snprintf(key, sizeof key, "%s.attention.causal", a);
+    if (gguf_get_bool(f, key, &causal) == 0 && !causal)
+        return rc_fail(RC_EUNSUPPORTED, "%s: non-causal attention (BERT-style encoders) is not "
+                       "supported", f->path);
 
     /* Vocabulary size: the explicit key, else the token list. */
     hp->n_vocab = 0;

@@ -58,7 +58,13 @@ typedef struct {
     int   rope_dim;              /* rotated dims per head (<= head_dim) */
     bool  rope_neox;             /* pairs (i, i+d/2) instead of (2i, 2i+1) */
     bool  has_qkv_bias, has_qk_norm, tied_output;
+    /* An embedding model (ARCH.pooling_type): the last stage pools the
+     * normed hidden states instead of making logits.  llama.cpp's values. */
+    int   pooling;               /* POOL_NONE: a generation model */
 } model_hparams;
+
+enum { POOL_NONE = 0, POOL_MEAN = 1, POOL_CLS = 2, POOL_LAST = 3 };
+const char *model_pooling_name(int pooling);    /* "mean", "cls", "last", "none" */
 
 /* The weights of one block.  Shapes use model_hparams names:
  * E = n_embd, H = n_head, Hk = n_head_kv, D = head_dim, Dv = head_dim_v,

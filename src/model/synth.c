@@ -31,7 +31,8 @@ static const synth_params presets_base = {
 
 const char *synth_preset_names(void)
 {
-    return "tiny, tiny-qwen2, tiny-qwen3, tiny-qwen3moe, tiny-deepseek2, llama3-1b, "
+    return "tiny, tiny-qwen2, tiny-qwen3, tiny-qwen3-embed, tiny-qwen3-embed-mean, "
+           "tiny-qwen3moe, tiny-deepseek2, llama3-1b, "
            "qwen2.5-0.5b, llama3-8b, deepseek-v3-mini, deepseek-v3, kimi-k2";
 }
 
@@ -59,6 +60,12 @@ int synth_preset(const char *name, synth_params *p)
     }
     if (!strcmp(name, "tiny-qwen3")) {
         p->arch = "qwen3"; p->rope_base = 1e6f; p->rms_eps = 1e-6f; p->tied = true;
+        return 0;
+    }
+    if (!strcmp(name, "tiny-qwen3-embed") || !strcmp(name, "tiny-qwen3-embed-mean")) {
+        /* Qwen3-Embedding's shape of file: no output.weight, a pooling type */
+        p->arch = "qwen3"; p->rope_base = 1e6f; p->rms_eps = 1e-6f; p->tied = true;
+        p->pooling = name[16] ? 1 : 3;
         return 0;
     }
     if (!strcmp(name, "tiny-qwen3moe")) {
@@ -493,6 +500,8 @@ static int write_vocab(gguf_writer *w, const synth_params *p)
     for (int i = 256; i < 256 + n_merges; i++)
         types[i] = 1;
     int32_t bos = ds ? V - 4 : qwen ? V - 3 : V - 5, eos = ds ? V - 3 : qwen ? V - 1 : V - 4;
+    if (p->pooling)
+        eos = bos;                  /* <|endoftext|>, as in Qwen3-Embedding */
     if ((rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2")) ||
         (rc = gguf_writer_set_str(w, "tokenizer.ggml.pre",
                                   ds ? "deepseek-v3" : qwen ? "qwen2" : "llama-bpe")) ||
@@ -506,6 +515,12 @@ static int write_vocab(gguf_writer *w, const synth_params *p)
                                   ds ? deepseek_template : qwen ? chatml_template : llama_template)))
         goto done;
     if (!qwen && !ds && (rc = gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)(V - 1))))
+        goto done;
+    /* Qwen3-Embedding's tokenizer ends every input with <|endoftext|>,
+     * whose hidden state last pooling takes. */
+    if (p->pooling &&
+        ((rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false)) ||
+         (rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", true))))
         goto done;
     rc = 0;
 done:
@@ -625,6 +640,8 @@ static int prepare(synth_ctx *c, gguf_writer **out)
     } else if ((rc = SETU("feed_forward_length", p->n_ff))) {
         goto fail;
     }
+    if (p->pooling && (rc = SETU("pooling_type", p->pooling)))
+        goto fail;
 #undef SETU
 #undef SETF
     if ((rc = write_vocab(w, p)))

@@ -34,13 +34,17 @@ typedef struct {
     float rope_base, rms_eps;
     bool tied;               /* no output.weight: the embedding is reused */
     bool rope_freqs;         /* write a Llama-3.1-style rope_freqs tensor */
+    int pooling;             /* > 0: an embedding model (ARCH.pooling_type:
+                                1 mean, 2 cls, 3 last); its tokenizer appends
+                                <|endoftext|> as Qwen3-Embedding's does */
     int type;                /* weight type of every matrix (enum tensor_type) */
     const char *mix;         /* NULL, or "Q4_K_M": llama-quantize's mix */
     uint64_t seed;
 } synth_params;
 
 /* Fills *p with a named preset: "tiny" (llama, 2 layers, 256 wide),
- * "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "llama3-1b" (Llama-3.2-1B
+ * "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-embed" (tiny-qwen3 as an embedding
+ * model, last pooling), "tiny-qwen3-embed-mean", "tiny-qwen3moe", "llama3-1b" (Llama-3.2-1B
  * shape), "qwen2.5-0.5b", "llama3-8b".  Weights default to F32.
  * RC_ENOTFOUND for an unknown name. */
 int synth_preset(const char *name, synth_params *p);
