@@ -239,6 +239,30 @@ static void two_nodes(node *a, node *b, const char *name_a, const char *name_b, 
     engine_free(ref_e);
 }
 
+/* A 2-stage pipeline (sampling on A) and two tensor-parallel shards
+ * (shard 0 on A) give two_nodes' reference tokens; then closes the models
+ * and stops both nodes. */
+static void pipeline_and_shards_same(node *a, node *b, const char *pa, lm *whole,
+                                     const collect *ref)
+{
+    collect got[N_REQ];
+    lm head;
+    CHECK_OK(lm_open(&head, pa, false, NULL));
+    engine *e = pipeline_engine(a, &head, "m4", cluster_self_id(b->c), cluster_self_id(a->c), 2,
+                                true);
+    run_all(e, got, 20);
+    check_same(got, ref);
+    engine_free(e);
+    e = pipeline_engine(a, &head, "m4", cluster_self_id(a->c), cluster_self_id(b->c), 0, true);
+    run_all(e, got, 20);
+    check_same(got, ref);
+    engine_free(e);
+    lm_close(&head);
+    lm_close(whole);
+    stop(b);
+    stop(a);
+}
+
 /* Node `victim` of e's instance dies while a request runs: the request
  * ends with an error naming it, the engine is broken; frees e. */
 static void check_death(engine *e, node *victim)
@@ -338,7 +362,7 @@ TEST_T(pipeline_cache_type_reaches_stages, 120)
     node a = { 0 }, b = { 0 };
     char pa[800];
     lm whole;
-    collect ref[N_REQ], got[N_REQ], f32[N_REQ];
+    collect ref[N_REQ], f32[N_REQ];
     cache_type = TT_Q8_0;
     two_nodes(&a, &b, "ka", "kb", pa, sizeof pa, &whole, ref);
     engine_params ep = { .n_ctx = 128, .n_seq = 4, .n_batch = 32, .n_threads = 1,
@@ -351,20 +375,7 @@ TEST_T(pipeline_cache_type_reaches_stages, 120)
     for (int i = 0; i < N_REQ; i++)
         differ += memcmp(f32[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)) != 0;
     CHECK(differ > 0);   /* else this model could not tell the types apart */
-    lm head;
-    CHECK_OK(lm_open(&head, pa, false, NULL));
-    e = pipeline_engine(&a, &head, "m4", cluster_self_id(b.c), cluster_self_id(a.c), 2, true);
-    run_all(e, got, 20);
-    check_same(got, ref);
-    engine_free(e);
-    e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 0, true);
-    run_all(e, got, 20);
-    check_same(got, ref);
-    engine_free(e);
-    lm_close(&head);
-    lm_close(&whole);
-    stop(&b);
-    stop(&a);
+    pipeline_and_shards_same(&a, &b, pa, &whole, ref);
 }
 
 /* A grammar reaches the sampling stage and both shards (BATCH starts under
@@ -377,7 +388,7 @@ TEST_T(pipeline_grammar_reaches_stages, 120)
     node a = { 0 }, b = { 0 };
     char pa[800];
     lm whole;
-    collect ref[N_REQ], got[N_REQ];
+    collect ref[N_REQ];
     run_grammar = "root ::= [a-z ]{200,400}";
     two_nodes(&a, &b, "ga", "gb", pa, sizeof pa, &whole, ref);
     for (int i = 0; i < N_REQ; i++)
@@ -389,22 +400,8 @@ TEST_T(pipeline_grammar_reaches_stages, 120)
                 if (!(piece[j] == ' ' || (piece[j] >= 'a' && piece[j] <= 'z')))
                     FAIL("request %d token %d: '%.*s'", i, k, n, piece);
         }
-    lm head;
-    CHECK_OK(lm_open(&head, pa, false, NULL));
-    engine *e = pipeline_engine(&a, &head, "m4", cluster_self_id(b.c), cluster_self_id(a.c), 2,
-                                true);
-    run_all(e, got, 20);
-    check_same(got, ref);
-    engine_free(e);
-    e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 0, true);
-    run_all(e, got, 20);
-    check_same(got, ref);
-    engine_free(e);
+    pipeline_and_shards_same(&a, &b, pa, &whole, ref);
     run_grammar = NULL;
-    lm_close(&head);
-    lm_close(&whole);
-    stop(&b);
-    stop(&a);
 }
 
 TEST_T(pipeline_tensor_parallel_same_tokens, 120)
