@@ -37,10 +37,10 @@
  * keep a hostile grammar from eating memory or time; real grammars (JSON,
  * tool calls, schemas of a few hundred properties) are far below them. */
 #define GRAMMAR_MAX_TEXT      (1u << 20)   /* bytes of GBNF text */
-#define GRAMMAR_MAX_RULES     4096         /* rules, incl. those made for groups and repetitions */
+#define GRAMMAR_MAX_RULES     65536        /* rules, incl. those made for groups and repetitions */
 #define GRAMMAR_MAX_ALTS      4096         /* alternatives of one rule */
 #define GRAMMAR_MAX_NESTING   64           /* depth of ( ) groups */
-#define GRAMMAR_MAX_REPEAT    1000         /* m and n of {m,n} */
+#define GRAMMAR_MAX_REPEAT    10000        /* m and n of {m,n} */
 #define GRAMMAR_MAX_ELEMENTS  (1u << 20)   /* compiled size: elements of all rules after expanding {m,n} */
 #define GRAMMAR_MAX_STACKS    4096         /* live parse stacks of a match (ambiguity bound) */
 
