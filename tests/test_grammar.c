@@ -568,6 +568,41 @@ TEST_T(grammar_mask_bench, 600)
         grammar_match_free(c);
         grammar_match_free(m);
     }
+    /* A whole answer, token by token, as a sampler would: a mask at every
+     * token (worst case), and allows() of the chosen token first. */
+    const char *doc = "{\"name\": \"Caf\xC3\xA9 de la Esquina\", \"stars\": 4.5, \"open\": true,\n"
+                      " \"tags\": [\"coffee\", \"breakfast\", \"wifi\"], \"address\": {\"street\": "
+                      "\"Calle Mayor 12\", \"city\": \"Madrid\", \"zip\": \"28013\"},\n"
+                      " \"reviews\": [{\"user\": \"ana\", \"text\": \"Great \\\"cortado\\\", slow wifi.\"}]}";
+    int32_t *ids;
+    size_t n_ids;
+    CHECK_OK(tok_encode(v.t, doc, strlen(doc), false, false, &ids, &n_ids));
+    for (int pass = 0; pass < 2; pass++) {
+        grammar_match *m;
+        CHECK_OK(grammar_match_new(g, v.gv, &m));
+        double a = now_s();
+        for (size_t i = 0; i < n_ids; i++) {
+            if (pass == 0) {
+                memset(logits, 0, (size_t)n * sizeof *logits);   /* as fresh logits would be */
+                CHECK_OK(grammar_match_apply(m, logits));
+                if (logits[ids[i]] == -INFINITY) {
+                    char pc[64];
+                    int pn = tok_piece(v.t, ids[i], true, pc, sizeof pc);
+                    FAIL("token %zu (%d, \"%.*s\") masked", i, ids[i], pn, pc);
+                }
+            } else {
+                CHECK(grammar_match_allows(m, ids[i]));
+            }
+            CHECK_OK(grammar_match_accept(m, ids[i]));
+        }
+        double t = now_s() - a;
+        CHECK(grammar_match_can_end(m));
+        fprintf(stderr, "  a %zu-token JSON answer, %s: %.3f ms per token (%.1f ms in all)\n",
+                n_ids, pass == 0 ? "mask at every token" : "allows() + accept only",
+                t * 1e3 / (double)n_ids, t * 1e3);
+        grammar_match_free(m);
+    }
+    rc_free(ids);
     free(logits);
     grammar_free(g);
     close_vocab(&v);
