@@ -266,6 +266,9 @@ TEST(grammar_match_strings)
         { "root ::= .", "\xC0\x80", -1 },                     /* overlong */
         { "root ::= .", "\xED\xA0\x80", -1 },                 /* surrogate */
         { "root ::= .", "\x80", -1 },                         /* stray continuation */
+        { "root ::= [a-z\\u00e9]", "\xC3", 0 },              /* may become U+00E9 */
+        { "root ::= [a-z\\u00e9]", "\xE0", -1 },             /* E0 starts U+0800.., not 'a' */
+        { "root ::= [a-z\\u00e9]", "\xF0", -1 },
         { "root ::= x\nx ::= \"(\" x \")\" | \"\"", "((()))", 1 },
         { "root ::= x\nx ::= \"(\" x \")\" | \"\"", "(()", 0 },
         { "root ::= x\nx ::= \"(\" x \")\" | \"\"", "())", -1 },
@@ -604,6 +607,35 @@ TEST_T(grammar_mask_bench, 600)
     }
     rc_free(ids);
     free(logits);
+    grammar_free(g);
+    close_vocab(&v);
+}
+
+/* A clone goes its own way; reset goes back to the start and keeps working. */
+TEST(grammar_match_clone_reset)
+{
+    vocab v;
+    open_vocab(&v);
+    grammar *g = compile("root ::= \"a\" (\"b\" | \"c\") \"d\"");
+    grammar_match *m, *c;
+    CHECK_OK(grammar_match_new(g, v.gv, &m));
+    CHECK_OK(grammar_match_accept_text(m, "a", 1));
+    CHECK_OK(grammar_match_clone(m, &c));
+    CHECK_OK(grammar_match_accept_text(m, "b", 1));
+    CHECK(!grammar_match_allows(m, V_BYTE0 + 'c'));
+    CHECK(grammar_match_allows(c, V_BYTE0 + 'c'));
+    CHECK_OK(grammar_match_accept_text(c, "cd", 2));
+    CHECK(grammar_match_must_end(c));
+    CHECK(!grammar_match_can_end(m));
+    grammar_match_free(m);                               /* the clone owns its state */
+    CHECK_OK(grammar_match_accept(c, 2));
+    grammar_match_reset(c);
+    CHECK(!grammar_match_can_end(c));
+    CHECK(grammar_match_allows(c, V_BYTE0 + 'a'));
+    CHECK(!grammar_match_allows(c, V_BYTE0 + 'b'));
+    CHECK_OK(grammar_match_accept_text(c, "abd", 3));
+    CHECK(grammar_match_must_end(c));
+    grammar_match_free(c);
     grammar_free(g);
     close_vocab(&v);
 }

@@ -273,6 +273,11 @@ static int step_frames(grammar_match *m, const uint32_t *in, size_t n_in, partia
     int rc;
     if (st == 0) {
         uint32_t sh = 6u * p->need, lo = p->val << sh, hi = lo | ((1u << sh) - 1);
+        /* a lead byte alone says only the length: its characters start at
+         * U+0080, U+0800 or U+10000 (E0's are not U+0000..U+0FFF) */
+        uint32_t first = p->len == 2 ? 0x80u : p->len == 3 ? 0x800u : 0x10000u;
+        if (lo < first)
+            lo = first;
         if ((rc = grow((void **)&m->scr, &m->cap_scr, n_in, sizeof *m->scr))) return rc;
         for (size_t i = 0; i < n_in; i++) {
             uint32_t f = in[i];
