@@ -190,7 +190,7 @@ test-e2e: build/rel/racimo
 	  npm ci --no-audit --no-fund --loglevel=error; } && \
 	  RACIMO_BIN=$(CURDIR)/build/rel/racimo node --test --test-reporter=tap \
 	  openai.test.mjs ollama.test.mjs anthropic.test.mjs protocol.test.mjs load.test.mjs \
-	  structured.test.mjs
+	  structured.test.mjs embeddings.test.mjs
 
 # test-cluster: real nodes in network namespaces on a bridge (needs root):
 # discovery, refusals, avahi-browse, a rogue mDNS responder, SIGKILL and a

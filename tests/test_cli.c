@@ -41,6 +41,39 @@ TEST(cli_run_streams_and_reports)
     CHECK(strstr(out, "seed 42") != NULL);
 }
 
+/* --grammar-file: the answer matches the grammar and stops where it must
+ * end; a grammar that does not compile is told before the model loads. */
+TEST(cli_run_grammar_file)
+{
+    const char *mpath = test_make_model("tiny", TT_Q8_0, NULL);
+    char g[600], cmd[16384], out[65536];
+    snprintf(g, sizeof g, "%s/list.gbnf", test_tmpdir());
+    FILE *f = fopen(g, "w");
+    CHECK(f);
+    fputs("root ::= \"<\" [a-c]{2} \">\"   # two letters in brackets\n", f);
+    fclose(f);
+    for (int temp = 0; temp < 2; temp++) {
+        snprintf(cmd, sizeof cmd, "%s run -m %s -p 'the quick brown fox' -n 30 --temp %d --seed 9 -t 1 "
+                 "--grammar-file %s", test_bin(), mpath, temp, g);
+        CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
+        if (!(out[0] == '<' && out[1] >= 'a' && out[1] <= 'c' && out[2] >= 'a' && out[2] <= 'c' &&
+              out[3] == '>' && out[4] == '\n'))
+            FAIL("output: %s", out);
+        CHECK(strstr(out, "(stop, seed") != NULL);
+    }
+    f = fopen(g, "w");
+    CHECK(f);
+    fputs("root ::= \"a\"\n  | [b-\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s run -m /nonexistent.gguf -p hi --grammar-file %s", test_bin(), g);
+    CHECK(test_run(cmd, out, sizeof out) != 0);
+    if (!strstr(out, "list.gbnf: grammar line 2"))
+        FAIL("output: %s", out);
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p hi --grammar-file /nonexistent.gbnf", test_bin(), mpath);
+    CHECK(test_run(cmd, out, sizeof out) != 0);
+    CHECK(strstr(out, "cannot read the grammar file /nonexistent.gbnf") != NULL);
+}
+
 TEST(cli_errors_are_one_line)
 {
     const char *mpath = test_make_model("tiny", TT_F32, NULL);

@@ -386,6 +386,8 @@ static int rebuild(void *ud, const char *why, struct engine_exec **out)
     return 0;
 }
 
+static const char *fault_grammar;   /* run_with_faults' requests' grammar, or NULL */
+
 /* Requests (greedy, and sampled with a seed and penalties) run on an
  * engine whose executor faults after `fault_after` results; n_faults
  * times, each rebuilt.  Returns the tokens in c. */
@@ -413,6 +415,7 @@ static void run_with_faults(const model *m, const tokenizer *tok, int fault_afte
     for (int i = 0; i < n_req; i++) {
         random_prompt(prompts[i], 10 + 7 * i, 500 + i);
         greedy_request(&r[i], &c[i], prompts[i], 10 + 7 * i, 30);
+        r[i].grammar = fault_grammar;
         if (i % 2) {             /* sampled: seed, top-k, penalties */
             r[i].sampling.temperature = 0.9f;
             r[i].sampling.top_k = 40;
@@ -479,6 +482,36 @@ static void rebuild_same_tokens(const char *preset)
     }
     close_fixture(&f);
     fixture_preset = "tiny";
+}
+
+/* The same under a grammar: the rebuilt samplers replay it and its draws
+ * (a sampled token costs two), so no token changes; and the tokens obey it
+ * (20 bytes a request cannot end a grammar of 200). */
+TEST_T(engine_rebuild_grammar, 120)
+{
+    fixture f;
+    open_fixture(&f, 1, 128, 16, 4);
+    enum { N = 5 };
+    collect want[N], got[N];
+    rebuilder rb;
+    fault_grammar = "root ::= [a-z ]{200,400}";
+    run_with_faults(f.m, f.tok, -1, 0, false, want, N, &rb);
+    for (int i = 0; i < N; i++) {
+        CHECK_INT(want[i].res.finish, ==, GEN_LENGTH);
+        for (size_t k = 0; k < want[i].n_text; k++)
+            CHECK(want[i].text[k] == ' ' || (want[i].text[k] >= 'a' && want[i].text[k] <= 'z'));
+    }
+    static const int after[] = { 5, 11 };
+    for (size_t a = 0; a < sizeof after / sizeof after[0]; a++) {
+        run_with_faults(f.m, f.tok, after[a], 1, false, got, N, &rb);
+        for (int i = 0; i < N; i++)
+            if (got[i].n_ids != want[i].n_ids ||
+                memcmp(got[i].ids, want[i].ids, sizeof(int32_t) * (size_t)want[i].n_ids))
+                FAIL("fault after %d results: request %d differs from the run without it",
+                     after[a], i);
+    }
+    fault_grammar = NULL;
+    close_fixture(&f);
 }
 
 TEST(engine_rebuild_same_tokens) { rebuild_same_tokens("tiny"); }

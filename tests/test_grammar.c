@@ -266,6 +266,9 @@ TEST(grammar_match_strings)
         { "root ::= .", "\xC0\x80", -1 },                     /* overlong */
         { "root ::= .", "\xED\xA0\x80", -1 },                 /* surrogate */
         { "root ::= .", "\x80", -1 },                         /* stray continuation */
+        { "root ::= [a-z\\u00e9]", "\xC3", 0 },              /* may become U+00E9 */
+        { "root ::= [a-z\\u00e9]", "\xE0", -1 },             /* E0 starts U+0800.., not 'a' */
+        { "root ::= [a-z\\u00e9]", "\xF0", -1 },
         { "root ::= x\nx ::= \"(\" x \")\" | \"\"", "((()))", 1 },
         { "root ::= x\nx ::= \"(\" x \")\" | \"\"", "(()", 0 },
         { "root ::= x\nx ::= \"(\" x \")\" | \"\"", "())", -1 },
@@ -568,7 +571,71 @@ TEST_T(grammar_mask_bench, 600)
         grammar_match_free(c);
         grammar_match_free(m);
     }
+    /* A whole answer, token by token, as a sampler would: a mask at every
+     * token (worst case), and allows() of the chosen token first. */
+    const char *doc = "{\"name\": \"Caf\xC3\xA9 de la Esquina\", \"stars\": 4.5, \"open\": true,\n"
+                      " \"tags\": [\"coffee\", \"breakfast\", \"wifi\"], \"address\": {\"street\": "
+                      "\"Calle Mayor 12\", \"city\": \"Madrid\", \"zip\": \"28013\"},\n"
+                      " \"reviews\": [{\"user\": \"ana\", \"text\": \"Great \\\"cortado\\\", slow wifi.\"}]}";
+    int32_t *ids;
+    size_t n_ids;
+    CHECK_OK(tok_encode(v.t, doc, strlen(doc), false, false, &ids, &n_ids));
+    for (int pass = 0; pass < 2; pass++) {
+        grammar_match *m;
+        CHECK_OK(grammar_match_new(g, v.gv, &m));
+        double a = now_s();
+        for (size_t i = 0; i < n_ids; i++) {
+            if (pass == 0) {
+                memset(logits, 0, (size_t)n * sizeof *logits);   /* as fresh logits would be */
+                CHECK_OK(grammar_match_apply(m, logits));
+                if (logits[ids[i]] == -INFINITY) {
+                    char pc[64];
+                    int pn = tok_piece(v.t, ids[i], true, pc, sizeof pc);
+                    FAIL("token %zu (%d, \"%.*s\") masked", i, ids[i], pn, pc);
+                }
+            } else {
+                CHECK(grammar_match_allows(m, ids[i]));
+            }
+            CHECK_OK(grammar_match_accept(m, ids[i]));
+        }
+        double t = now_s() - a;
+        CHECK(grammar_match_can_end(m));
+        fprintf(stderr, "  a %zu-token JSON answer, %s: %.3f ms per token (%.1f ms in all)\n",
+                n_ids, pass == 0 ? "mask at every token" : "allows() + accept only",
+                t * 1e3 / (double)n_ids, t * 1e3);
+        grammar_match_free(m);
+    }
+    rc_free(ids);
     free(logits);
+    grammar_free(g);
+    close_vocab(&v);
+}
+
+/* A clone goes its own way; reset goes back to the start and keeps working. */
+TEST(grammar_match_clone_reset)
+{
+    vocab v;
+    open_vocab(&v);
+    grammar *g = compile("root ::= \"a\" (\"b\" | \"c\") \"d\"");
+    grammar_match *m, *c;
+    CHECK_OK(grammar_match_new(g, v.gv, &m));
+    CHECK_OK(grammar_match_accept_text(m, "a", 1));
+    CHECK_OK(grammar_match_clone(m, &c));
+    CHECK_OK(grammar_match_accept_text(m, "b", 1));
+    CHECK(!grammar_match_allows(m, V_BYTE0 + 'c'));
+    CHECK(grammar_match_allows(c, V_BYTE0 + 'c'));
+    CHECK_OK(grammar_match_accept_text(c, "cd", 2));
+    CHECK(grammar_match_must_end(c));
+    CHECK(!grammar_match_can_end(m));
+    grammar_match_free(m);                               /* the clone owns its state */
+    CHECK_OK(grammar_match_accept(c, 2));
+    grammar_match_reset(c);
+    CHECK(!grammar_match_can_end(c));
+    CHECK(grammar_match_allows(c, V_BYTE0 + 'a'));
+    CHECK(!grammar_match_allows(c, V_BYTE0 + 'b'));
+    CHECK_OK(grammar_match_accept_text(c, "abd", 3));
+    CHECK(grammar_match_must_end(c));
+    grammar_match_free(c);
     grammar_free(g);
     close_vocab(&v);
 }

@@ -99,6 +99,7 @@ static void on_done(gen_request *r, const gen_result *res)
 }
 
 #define N_REQ 3
+static const char *run_grammar;    /* run_all's requests' grammar, or NULL */
 static const int32_t prompts[N_REQ][6] = { { 1, 5, 9, 13 }, { 2, 7, 7, 30, 31, 4 }, { 3, 100 } };
 static const int n_prompt[N_REQ] = { 4, 6, 2 };
 
@@ -134,6 +135,7 @@ static void run_all(engine *e, collect *out, int max_tokens)
         rq[i].max_tokens = max_tokens;
         rq[i].ignore_eos = true;
         rq[i].n_logprobs = i == 2 ? 3 : 0;
+        rq[i].grammar = run_grammar;
         rq[i].user = &out[i];
         rq[i].on_token = on_token;
         rq[i].on_done = on_done;
@@ -238,6 +240,30 @@ static void two_nodes(node *a, node *b, const char *name_a, const char *name_b, 
     engine_free(ref_e);
 }
 
+/* A 2-stage pipeline (sampling on A) and two tensor-parallel shards
+ * (shard 0 on A) give two_nodes' reference tokens; then closes the models
+ * and stops both nodes. */
+static void pipeline_and_shards_same(node *a, node *b, const char *pa, lm *whole,
+                                     const collect *ref)
+{
+    collect got[N_REQ];
+    lm head;
+    CHECK_OK(lm_open(&head, pa, false, NULL));
+    engine *e = pipeline_engine(a, &head, "m4", cluster_self_id(b->c), cluster_self_id(a->c), 2,
+                                true);
+    run_all(e, got, 20);
+    check_same(got, ref);
+    engine_free(e);
+    e = pipeline_engine(a, &head, "m4", cluster_self_id(a->c), cluster_self_id(b->c), 0, true);
+    run_all(e, got, 20);
+    check_same(got, ref);
+    engine_free(e);
+    lm_close(&head);
+    lm_close(whole);
+    stop(b);
+    stop(a);
+}
+
 /* Node `victim` of e's instance dies while a request runs: the request
  * ends with an error naming it, the engine is broken; frees e. */
 static void check_death(engine *e, node *victim)
@@ -337,7 +363,7 @@ TEST_T(pipeline_cache_type_reaches_stages, 120)
     node a = { 0 }, b = { 0 };
     char pa[800];
     lm whole;
-    collect ref[N_REQ], got[N_REQ], f32[N_REQ];
+    collect ref[N_REQ], f32[N_REQ];
     cache_type = TT_Q8_0;
     two_nodes(&a, &b, "ka", "kb", pa, sizeof pa, &whole, ref);
     engine_params ep = { .n_ctx = 128, .n_seq = 4, .n_batch = 32, .n_threads = 1,
@@ -350,20 +376,33 @@ TEST_T(pipeline_cache_type_reaches_stages, 120)
     for (int i = 0; i < N_REQ; i++)
         differ += memcmp(f32[i].ids, ref[i].ids, (size_t)ref[i].n * sizeof(int32_t)) != 0;
     CHECK(differ > 0);   /* else this model could not tell the types apart */
-    lm head;
-    CHECK_OK(lm_open(&head, pa, false, NULL));
-    e = pipeline_engine(&a, &head, "m4", cluster_self_id(b.c), cluster_self_id(a.c), 2, true);
-    run_all(e, got, 20);
-    check_same(got, ref);
-    engine_free(e);
-    e = pipeline_engine(&a, &head, "m4", cluster_self_id(a.c), cluster_self_id(b.c), 0, true);
-    run_all(e, got, 20);
-    check_same(got, ref);
-    engine_free(e);
-    lm_close(&head);
-    lm_close(&whole);
-    stop(&b);
-    stop(&a);
+    pipeline_and_shards_same(&a, &b, pa, &whole, ref);
+}
+
+/* A grammar reaches the sampling stage and both shards (BATCH starts under
+ * ENC_STARTS_GRAMMAR; each stage loads the tokenizer from its model file):
+ * a pipeline and tensor-parallel shards (request 1 ranks its top 3 on
+ * each shard, the grammar's mask applied first) give one node's tokens,
+ * which obey it (no end: 20 tokens cannot make 200 characters). */
+TEST_T(pipeline_grammar_reaches_stages, 120)
+{
+    node a = { 0 }, b = { 0 };
+    char pa[800];
+    lm whole;
+    collect ref[N_REQ];
+    run_grammar = "root ::= [a-z ]{200,400}";
+    two_nodes(&a, &b, "ga", "gb", pa, sizeof pa, &whole, ref);
+    for (int i = 0; i < N_REQ; i++)
+        for (int k = 0; k < ref[i].n; k++) {
+            char piece[64];
+            int n = tok_piece(whole.tok, ref[i].ids[k], true, piece, sizeof piece);
+            CHECK(n > 0 && n < (int)sizeof piece);
+            for (int j = 0; j < n; j++)
+                if (!(piece[j] == ' ' || (piece[j] >= 'a' && piece[j] <= 'z')))
+                    FAIL("request %d token %d: '%.*s'", i, k, n, piece);
+        }
+    pipeline_and_shards_same(&a, &b, pa, &whole, ref);
+    run_grammar = NULL;
 }
 
 TEST_T(pipeline_tensor_parallel_same_tokens, 120)

@@ -277,8 +277,10 @@ int pl__shard_reduce(void *ud, float *x, int n_rows, int width)
  * sampler ranks (biased and penalised: this shard keeps copies of the
  * samplers), best first, ties to the lower id as in the sampler, with their
  * raw logits: shard 0 biases and penalises them itself, and the tokens it
- * does not get could not have been drawn.  A slot with a grammar ranks
- * only the tokens the grammar allows. */
+ * does not get could not have been drawn.  A slot with an active grammar
+ * also sends the k best of the tokens the grammar allows: shard 0 draws
+ * from the k best first and, when the grammar refuses that draw, from the
+ * k best allowed (sample_set_sample), so it gets what one node would. */
 static void cands_row(stage_inst *si, int slot, float *row, wbuf *w)
 {
     const model_shard *sh = &si->m->shard;
@@ -294,18 +296,25 @@ static void cands_row(stage_inst *si, int slot, float *row, wbuf *w)
         wb_put(w, mine, (size_t)n * 4);
         return;
     }
-    /* a grammar's refused tokens are not candidates (shard 0 masks only its
-     * own columns).  Should the mask fail (a grammar too ambiguous), the
-     * row goes unmasked: shard 0 checks every token it draws anyway. */
-    (void)sample_set_constrain(si->ss, slot, row);
     memcpy(si->raw, mine, (size_t)n * 4);
     sampler_prepare(smp, row);
-    int m = sampler_best(row, sh->vocab0, n, k, si->heap, si->best);
-    wb_u32(w, (uint32_t)m);
-    for (int j = 0; j < m; j++) {
-        wb_u32(w, (uint32_t)(si->best[j] - sh->vocab0));
-        wb_f32(w, si->raw[si->best[j] - sh->vocab0]);
+    size_t count_at = w->len;
+    wb_u32(w, 0);
+    uint32_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int m = sampler_best(row, sh->vocab0, n, k, si->heap, si->best);
+        for (int j = 0; j < m; j++) {
+            wb_u32(w, (uint32_t)(si->best[j] - sh->vocab0));
+            wb_f32(w, si->raw[si->best[j] - sh->vocab0]);
+            row[si->best[j]] = -INFINITY;   /* sent: the second pass adds others */
+        }
+        total += (uint32_t)m;
+        /* the mask failing (a grammar too ambiguous here) fails shard 0's too */
+        if (pass == 0 && sample_set_constrain(si->ss, slot, row) != 1)
+            break;
     }
+    if (!w->oom)
+        memcpy(w->p + count_at, &total, 4);
 }
 
 /* After the forward pass: shards 1.. send their part of the n_rows rows

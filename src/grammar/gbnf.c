@@ -281,7 +281,7 @@ static int range_cmp(const void *a, const void *b)
 /* Sorts and merges tmp[0..n), complements it when neg, and appends it as a class. */
 static int add_class(parser *p, grammar__range *tmp, size_t n, bool neg, uint32_t *out)
 {
-    qsort(tmp, n, sizeof *tmp, range_cmp);
+    if (n > 1) qsort(tmp, n, sizeof *tmp, range_cmp);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         if (m && tmp[i].lo <= tmp[m - 1].hi + 1) {
@@ -309,7 +309,7 @@ static int add_class(parser *p, grammar__range *tmp, size_t n, bool neg, uint32_
     grammar__class *k = &p->classes[p->n_classes];
     k->off = (uint32_t)p->n_ranges;
     if (!neg) {
-        memcpy(p->ranges + p->n_ranges, tmp, m * sizeof *tmp);
+        if (m) memcpy(p->ranges + p->n_ranges, tmp, m * sizeof *tmp);
         p->n_ranges += m;
     } else {
         uint32_t next = 0;
@@ -399,7 +399,7 @@ static int repeat_item(parser *p, uint32_t rid, size_t start, uint32_t m, uint32
                       "GRAMMAR_MAX_ELEMENTS (%u) elements", GRAMMAR_MAX_ELEMENTS);
     grammar__el *x = rc_mallocarray(len ? len : 1, sizeof *x);
     if (!x) return rc_fail(RC_ENOMEM, "grammar: out of memory");
-    memcpy(x, b->v + start, len * sizeof *x);
+    if (len) memcpy(x, b->v + start, len * sizeof *x);
     b->n = start;
     p->total_els -= len;
     int rc = 0;

@@ -99,7 +99,8 @@ int  grammar_match_apply(grammar_match *m, float *logits);
 /* Advances past a token: 0, RC_EINVAL if the token is not allowed here (the
  * match is unchanged), RC_ELIMIT if the grammar is too ambiguous (more than
  * GRAMMAR_MAX_STACKS live stacks; the match is unchanged).  An end-of-generation
- * token is accepted when the grammar can end and leaves the match ended. */
+ * token is accepted when the grammar can end and leaves the match ended: from
+ * then on only end-of-generation tokens are allowed. */
 int  grammar_match_accept(grammar_match *m, int32_t token);
 /* Advances past text (for prompts / lazy starts); UTF-8 may stop in the middle
  * of a character.  Same returns as grammar_match_accept; on failure the match

@@ -368,7 +368,7 @@ static int set_intern(grammar_match *m, uint32_t *v, size_t n, partial p, uint32
         for (j = h & mask; m->shash[j]; j = (j + 1) & mask) {}
     }
     uint32_t id = (uint32_t)m->n_sets++;
-    memcpy(m->items + m->n_items, v, n * sizeof *v);
+    if (n) memcpy(m->items + m->n_items, v, n * sizeof *v);
     m->sets[id] = (fset){ (uint32_t)m->n_items, (uint32_t)n, p, (uint32_t)h, -1, -1 };
     m->n_items += n;
     m->shash[j] = id + 1;
@@ -627,7 +627,7 @@ int grammar_match_accept(grammar_match *m, int32_t token)
     const grammar_vocab *v = m->v;
     if (token < 0 || token >= v->n_vocab)
         return rc_fail(RC_EINVAL, "grammar: token %d outside the vocabulary", (int)token);
-    if (m->ended)
+    if (m->ended && !is_eog(v, token))
         return rc_fail(RC_EINVAL, "grammar: token %d after the end of generation", (int)token);
     if (is_eog(v, token)) {
         if (!grammar_match_can_end(m))
@@ -649,8 +649,9 @@ int grammar_match_accept(grammar_match *m, int32_t token)
 bool grammar_match_allows(grammar_match *m, int32_t token)
 {
     const grammar_vocab *v = m->v;
-    if (token < 0 || token >= v->n_vocab || m->ended) return false;
+    if (token < 0 || token >= v->n_vocab) return false;
     if (is_eog(v, token)) return grammar_match_can_end(m);
+    if (m->ended) return false;
     uint32_t o = v->piece_off[token], len = v->piece_off[token + 1] - o, r;
     if (!len) return false;
     int32_t sl = m->sets[m->cur].slot;

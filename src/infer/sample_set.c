@@ -104,7 +104,7 @@ static int need_vocab(sample_set *s)
         return rc_fail(RC_EINVAL, "the tokenizer has %d tokens, the model's output %d",
                        tok_n_vocab(s->tok), s->n_vocab);
     s->piece_cap = tok_max_piece(s->tok) + 1;
-    if (!(s->piece = rc_malloc(s->piece_cap)))
+    if (!s->piece && !(s->piece = rc_malloc(s->piece_cap)))
         return rc_fail(RC_ENOMEM, "out of memory for a grammar");
     return grammar_vocab_new(s->tok, &s->gv);
 }
