@@ -79,6 +79,22 @@ static inline bool grammar__term_meets(const grammar *g, const grammar__el *e, u
     return a < k->n && r[a].lo <= hi;
 }
 
+/* Whether terminal `e` matches every code point in [lo, hi]. */
+static inline bool grammar__term_covers(const grammar *g, const grammar__el *e, uint32_t lo,
+                                        uint32_t hi)
+{
+    if (e->type == GE_CHAR)
+        return e->arg == lo && lo == hi;
+    const grammar__class *k = &g->classes[e->arg];
+    const grammar__range *r = g->ranges + k->off;
+    uint32_t a = 0, b = k->n;
+    while (a < b) {
+        uint32_t mid = (a + b) / 2;
+        if (r[mid].hi < lo) a = mid + 1; else b = mid;
+    }
+    return a < k->n && r[a].lo <= lo && r[a].hi >= hi;
+}
+
 /* The vocabulary trie, in preorder: node i's subtree is [i, skip[i]); node 0
  * is the root (no byte).  Tokens whose piece is the path to node i are
  * tok_ids[tok_off[i] .. tok_off[i] + n_tok[i]). */
