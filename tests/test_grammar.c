@@ -639,3 +639,36 @@ TEST(grammar_match_clone_reset)
     grammar_free(g);
     close_vocab(&v);
 }
+
+/* Every allocation of compile, vocabulary, match and mask may fail: the
+ * call reports RC_ENOMEM and frees what it made (checked for leaks by
+ * make test-san). */
+TEST(grammar_alloc_failures)
+{
+    vocab v;
+    open_vocab(&v);
+    float logits[V_N];
+    bool done = false;
+    for (long n = 0; !done && n < 100000; n++) {
+        grammar *g = NULL;
+        grammar_vocab *gv = NULL;
+        grammar_match *m = NULL, *c = NULL;
+        rc_mem_fail_after(n);
+        int rc = grammar_compile(JSON_GBNF, strlen(JSON_GBNF), &g);
+        if (!rc) rc = grammar_vocab_new(v.t, &gv);
+        if (!rc) rc = grammar_match_new(g, gv, &m);
+        if (!rc) rc = grammar_match_accept_text(m, "{\"a\xC3\xA9", 5);
+        if (!rc) rc = grammar_match_apply(m, logits);
+        if (!rc) rc = grammar_match_clone(m, &c);
+        if (!rc) rc = grammar_match_accept_text(c, "\": [1, 2]}", 10);
+        rc_mem_fail_after(-1);
+        if (rc && rc != RC_ENOMEM) FAIL("after %ld allocations: %d %s", n, rc, rc_errmsg());
+        done = rc == 0;
+        grammar_match_free(c);
+        grammar_match_free(m);
+        grammar_vocab_free(gv);
+        grammar_free(g);
+    }
+    CHECK(done);
+    close_vocab(&v);
+}

@@ -45,7 +45,19 @@ struct grammar {
     uint32_t        root;   /* rule id of `root` */
 };
 
-/* Whether terminal element `e` matches code point c. */
+/* Index of the first range of class k whose end is >= c (k->n if none). */
+static inline uint32_t grammar__class_find(const grammar *g, const grammar__class *k, uint32_t c)
+{
+    const grammar__range *r = g->ranges + k->off;
+    uint32_t lo = 0, hi = k->n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (r[mid].hi < c) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+/* Whether terminal `e` matches code point c. */
 static inline bool grammar__term_has(const grammar *g, const grammar__el *e, uint32_t c)
 {
     if (e->type == GE_CHAR)
@@ -53,13 +65,8 @@ static inline bool grammar__term_has(const grammar *g, const grammar__el *e, uin
     const grammar__class *k = &g->classes[e->arg];
     if (c < 128)
         return (k->ascii[c >> 6] >> (c & 63)) & 1;
-    const grammar__range *r = g->ranges + k->off;
-    uint32_t lo = 0, hi = k->n;
-    while (lo < hi) {                       /* first range with r.hi >= c */
-        uint32_t mid = (lo + hi) / 2;
-        if (r[mid].hi < c) lo = mid + 1; else hi = mid;
-    }
-    return lo < k->n && r[lo].lo <= c;
+    uint32_t i = grammar__class_find(g, k, c);
+    return i < k->n && g->ranges[k->off + i].lo <= c;
 }
 
 /* Whether terminal `e` matches some code point in [lo, hi] (a character whose
@@ -70,13 +77,19 @@ static inline bool grammar__term_meets(const grammar *g, const grammar__el *e, u
     if (e->type == GE_CHAR)
         return e->arg >= lo && e->arg <= hi;
     const grammar__class *k = &g->classes[e->arg];
-    const grammar__range *r = g->ranges + k->off;
-    uint32_t a = 0, b = k->n;
-    while (a < b) {
-        uint32_t mid = (a + b) / 2;
-        if (r[mid].hi < lo) a = mid + 1; else b = mid;
-    }
-    return a < k->n && r[a].lo <= hi;
+    uint32_t i = grammar__class_find(g, k, lo);
+    return i < k->n && g->ranges[k->off + i].lo <= hi;
+}
+
+/* Whether terminal `e` matches every code point in [lo, hi]. */
+static inline bool grammar__term_covers(const grammar *g, const grammar__el *e, uint32_t lo,
+                                        uint32_t hi)
+{
+    if (e->type == GE_CHAR)
+        return e->arg == lo && lo == hi;
+    const grammar__class *k = &g->classes[e->arg];
+    uint32_t i = grammar__class_find(g, k, lo);
+    return i < k->n && g->ranges[k->off + i].lo <= lo && g->ranges[k->off + i].hi >= hi;
 }
 
 /* The vocabulary trie, in preorder: node i's subtree is [i, skip[i]); node 0

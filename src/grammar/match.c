@@ -42,6 +42,7 @@
 
 #define UNSET        UINT32_MAX
 #define DEAD         (UINT32_MAX - 1)  /* the empty set: nothing matches */
+#define VAL_ANY      UINT32_MAX        /* partial.val: any character of the prefix will do */
 #define MAX_FRAMES   (1u << 21)
 #define MAX_POOL     (1u << 24)        /* expansion list entries of all frames */
 #define MAX_SETS     (1u << 18)
@@ -245,6 +246,11 @@ static int utf8_step(partial *p, uint8_t b, uint32_t *cp)
         return 0;
     }
     if ((b & 0xC0) != 0x80) return -1;
+    if (p->val == VAL_ANY) {            /* see step_frames: need is 1 here */
+        *cp = VAL_ANY;
+        *p = (partial){ 0, 0, 0 };
+        return 1;
+    }
     p->val = p->val << 6 | (b & 0x3Fu);
     if (--p->need) {
         /* reject overlong 3/4-byte forms, surrogates and > U+10FFFF as early as
@@ -279,17 +285,26 @@ static int step_frames(grammar_match *m, const uint32_t *in, size_t n_in, partia
         if (lo < first)
             lo = first;
         if ((rc = grow((void **)&m->scr, &m->cap_scr, n_in, sizeof *m->scr))) return rc;
+        bool covers = p->need == 1;
         for (size_t i = 0; i < n_in; i++) {
             uint32_t f = in[i];
-            if (f && grammar__term_meets(g, &g->els[m->fr[f].pos], lo, hi)) m->scr[n++] = f;
+            if (!f) continue;
+            const grammar__el *e = &g->els[m->fr[f].pos];
+            if (!grammar__term_meets(g, e, lo, hi)) continue;
+            m->scr[n++] = f;
+            covers = covers && grammar__term_covers(g, e, lo, hi);
         }
+        /* One byte to go and every stack takes any character it can end in
+         * (inside a string, say): which character it is no longer matters,
+         * so all such prefixes share one set instead of one each. */
+        if (covers && n) p->val = VAL_ANY;
         *out_n = n;
         return 0;
     }
     uint32_t ep = next_epoch(m);
     for (size_t i = 0; i < n_in; i++) {
         uint32_t f = in[i];
-        if (!f || !grammar__term_has(g, &g->els[m->fr[f].pos], cp)) continue;
+        if (!f || (cp != VAL_ANY && !grammar__term_has(g, &g->els[m->fr[f].pos], cp))) continue;
         uint32_t nx;
         if ((rc = frame_next(m, f, &nx)) || (rc = frame_expand(m, nx))) return rc;
         uint32_t eo = m->fr[nx].exp_off, en = m->fr[nx].exp_n;
@@ -668,25 +683,33 @@ static int trie_walk(grammar_match *m, uint32_t s, uint64_t *bits)
 {
     const grammar_vocab *v = m->v;
     const grammar__node *nodes = v->nodes;
-    m->d_set[0] = s;
-    size_t i = 1;
-    while (i < v->n_nodes) {
+    const int32_t *tok_ids = v->tok_ids;
+    uint32_t *d_set = m->d_set;
+    /* kept in locals: the stores to bits could alias them otherwise; set_step
+     * may move sets and tables, so they are loaded again after it */
+    const fset *sets = m->sets;
+    const uint32_t *tables = m->tables;
+    size_t n_nodes = v->n_nodes, i = 1;
+    d_set[0] = s;
+    while (i < n_nodes) {
         const grammar__node *nd = &nodes[i];
-        uint32_t from = m->d_set[nd->depth - 1], to;
-        const fset *x = &m->sets[from];
+        const fset *x = &sets[d_set[nd->depth - 1]];
+        uint32_t to;
         if (x->table >= 0 && !x->part.need &&
-            (to = m->tables[(size_t)x->table * 256 + nd->byte]) != UNSET) {
+            (to = tables[(size_t)x->table * 256 + nd->byte]) != UNSET) {
             /* the common case, inline */
         } else {
-            int rc = set_step(m, from, nd->byte, &to);
+            int rc = set_step(m, d_set[nd->depth - 1], nd->byte, &to);
             if (rc) return rc;
+            sets = m->sets;
+            tables = m->tables;
         }
         if (to == DEAD) { i = nd->skip; continue; }
         for (uint32_t k = 0; k < nd->n_tok; k++) {
-            uint32_t tok = (uint32_t)v->tok_ids[nd->tok_off + k];
+            uint32_t tok = (uint32_t)tok_ids[nd->tok_off + k];
             bits[tok >> 6] |= 1ull << (tok & 63);
         }
-        m->d_set[nd->depth] = to;
+        d_set[nd->depth] = to;
         i++;
     }
     return 0;
