@@ -2,6 +2,7 @@
 #include "cli_util.h"
 #include "test.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -20,7 +21,18 @@ int test_run(const char *cmd, char *out, size_t cap)
     snprintf(full, sizeof full, "%s 2>&1", cmd);
     FILE *p = popen(full, "r");
     CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
+    /* a signal (the engine threads' timers, a child's exit) can cut one fread short:
+     * read to the end of the output */
+    size_t n = 0;
+    while (n < cap - 1) {
+        size_t k = fread(out + n, 1, cap - 1 - n, p);
+        n += k;
+        if (k == 0) {
+            if (feof(p) || errno != EINTR)
+                break;
+            clearerr(p);
+        }
+    }
     out[n] = '\0';
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
