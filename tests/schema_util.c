@@ -9,6 +9,7 @@
 #include "text/tokenizer.h"
 #include "text/utf8.h"
 
+static gguf_file *file;   /* kept with tok for the walk's pieces (static: still reachable) */
 static tokenizer *tok;
 static grammar_vocab *vocab;
 
@@ -16,11 +17,10 @@ const grammar_vocab *test_schema_vocab(void)
 {
     if (vocab)
         return vocab;
-    gguf_file *f;
-    CHECK_OK(gguf_open(test_make_model("tiny", TT_Q8_0, NULL), &f));
-    CHECK_OK(tok_load(f, &tok));
+    CHECK_OK(gguf_open(test_make_model("tiny", TT_Q8_0, NULL), &file));
+    CHECK_OK(tok_load(file, &tok));
     CHECK_OK(grammar_vocab_new(tok, &vocab));
-    return vocab;          /* tok and f stay for the walk's pieces */
+    return vocab;
 }
 
 grammar *test_schema_compile(const char *gbnf)
