@@ -13,6 +13,7 @@
 #include "api/tool_calls.h"
 #include "base/mem.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (api_request_parse(kind, body, len, &r, &e) == 0) {
         if (!r.model || !r.model[0])
             abort();
-        if (kind != API_OPENAI_COMPLETION && kind != API_OLLAMA_GENERATE &&
+        bool embed = kind == API_OPENAI_EMBED || kind == API_OLLAMA_EMBED ||
+                     kind == API_OLLAMA_EMBEDDINGS;
+        if (kind != API_OPENAI_COMPLETION && kind != API_OLLAMA_GENERATE && !embed &&
             !json_array_size(r.messages))
             abort();
         if (r.n_stops < 0 || r.n_stops > API_MAX_STOPS || r.top_logprobs < 0 ||
