@@ -24,6 +24,8 @@ tally() {  # reads a log, adds its closing counts
   total_p=$((total_p+p)); total_f=$((total_f+f)); total_s=$((total_s+${s:-0}))
 }
 mkdir -p build
+rm -f build/unit.log build/sanitizers.log build/arm64.log build/e2e.log \
+      build/cluster.log build/pipeline.log build/fuzz.log
 step() {  # name, command...
   local name=$1; shift
   echo "== $name"
@@ -60,5 +62,12 @@ else
   n_fuzz=$(ls fuzz/fuzz_*.c 2>/dev/null | wc -l)
   echo "fuzz: skipped, $n_fuzz targets (clang not installed)"; total_s=$((total_s+n_fuzz))
 fi
+# What failed, gathered from every part's log just above the closing line:
+# CI keeps only the tail of this long output.
+for log in build/unit.log build/sanitizers.log build/arm64.log build/e2e.log \
+           build/cluster.log build/pipeline.log build/fuzz.log; do
+  [ -f "$log" ] || continue
+  grep -E '^(failed: |FAIL|not ok )' "$log" | sed "s|^|$(basename "$log" .log): |" || true
+done
 echo "$total_p passed, $total_f failed, $total_s skipped"
 [ "$total_f" -eq 0 ]

@@ -1,5 +1,6 @@
 /* runner.c - runs the registered tests, each in a forked process with an
- * alarm, and prints "N passed, N failed, N skipped" as its last line.
+ * alarm, and prints "N passed, N failed, N skipped" as its last line,
+ * after the names of the tests that failed.
  *
  * Usage: racimo_tests [-j N] [substring ...]   (runs tests whose name holds
  * one of the substrings; all when none is given).  RACIMO_TEST_TIMEOUT_SCALE
@@ -97,6 +98,9 @@ static int run_one(int idx, double scale)
 int main(int argc, char **argv)
 {
     int passed = 0, failed = 0, skipped = 0;
+    /* Names of the failures, repeated just above the closing line: CI
+     * shows only the tail of a long log. */
+    const char *failures[MAX_TESTS];
     double scale = 1.0;
     const char *s = getenv("RACIMO_TEST_TIMEOUT_SCALE");
     if (s && atof(s) > 0)
@@ -122,8 +126,10 @@ int main(int argc, char **argv)
         fflush(stdout);
         if (r == 0) passed++;
         else if (r == 2) skipped++;
-        else failed++;
+        else failures[failed++] = tests[i].name;
     }
+    for (int k = 0; k < failed; k++)
+        printf("failed: %s\n", failures[k]);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }
