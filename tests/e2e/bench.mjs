@@ -1,14 +1,19 @@
-// bench.mjs - throughput of `racimo serve` with 1, 4 and 16 concurrent
+// bench.mjs - throughput of `racimo serve` with 1, 4, 8 and 16 concurrent
 // streams (continuous batching), with the official openai client.
-//   node tests/e2e/bench.mjs MODEL.gguf [threads] [tokens per request]
+//   node tests/e2e/bench.mjs MODEL.gguf [threads] [tokens per request] [streams list, e.g. 1,8]
 // Not a test: prints a table for BENCHMARKS.md.  Checks first that a
 // request returns exactly the tokens asked for.
 import OpenAI from 'openai';
 import { startServer } from './helpers.mjs';
 import { basename } from 'node:path';
 
-const [model, threads = '2', perReq = '64'] = process.argv.slice(2);
-if (!model) { console.error('usage: node bench.mjs MODEL.gguf [threads] [tokens]'); process.exit(2); }
+const [model, threads = '2', perReq = '64', concList = '1,4,8,16'] = process.argv.slice(2);
+if (!model) { console.error('usage: node bench.mjs MODEL.gguf [threads] [tokens] [streams list]'); process.exit(2); }
+const concs = concList.split(',').map(Number);
+if (concs.some((n) => !Number.isInteger(n) || n < 1 || n > 16)) {
+  console.error(`bench.mjs: streams list '${concList}' must be whole numbers from 1 to 16 (the server runs --parallel 16)`);
+  process.exit(2);
+}
 const name = basename(model).replace(/\.gguf$/, '');
 const N = Number(perReq);
 const srv = await startServer(['-m', model, '-t', threads, '--parallel', '16', '-c', '512', '--no-access-log'],
@@ -35,7 +40,7 @@ async function stream(i) {
 
 await stream(0);                     // warm-up and correctness check
 const rows = [];
-for (const conc of [1, 4, 16]) {
+for (const conc of concs) {
   const t0 = performance.now();
   const res = await Promise.all(Array.from({ length: conc }, (_, i) => stream(i)));
   const secs = (performance.now() - t0) / 1000;
