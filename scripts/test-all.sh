@@ -28,9 +28,11 @@ rm -f build/unit.log build/sanitizers.log build/arm64.log build/e2e.log \
       build/cluster.log build/pipeline.log build/fuzz.log
 step() {  # name, command...
   local name=$1; shift
+  local t0=$SECONDS
   echo "== $name"
   "$@" 2>&1 | tee "build/$name.log"
   tally "build/$name.log"
+  echo "== $name took $((SECONDS-t0)) s"
 }
 make --no-print-directory -j"$jobs" build/rel/racimo build/rel/racimo_tests >build/make-rel.log 2>&1 \
   || { cat build/make-rel.log; echo "0 passed, 1 failed"; exit 1; }
