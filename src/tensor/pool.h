@@ -1,9 +1,11 @@
 /* pool.h - a fixed set of worker threads that run one task at a time.
  *
- * pool_run(p, fn, ctx) calls fn(ctx, ith, nth) for ith = 0..nth-1, one call
- * per thread (the caller's thread is ith 0), and returns when all are done.
- * Kernels split their work by (ith, nth) and never see the pool.  One
- * pool_run at a time per pool (the forward pass owns its pool).
+ * pool_run(p, fn, ctx) calls fn(ctx, ith, nth) exactly once for each ith =
+ * 0..nth-1 and returns when all are done: share 0 on the caller's thread,
+ * share i on worker i, or on the caller when worker i has not started it by
+ * the time the caller is free (a loaded machine).  So a share must not wait
+ * for another share.  Kernels split their work by (ith, nth) and never see
+ * the pool.  One pool_run at a time per pool (the forward pass owns its pool).
  */
 #ifndef RC_POOL_H
 #define RC_POOL_H
