@@ -54,6 +54,8 @@ static struct cluster *start_node(const char *dir_name, const char *token, const
     cfg.heartbeat_ms = 100;
     cfg.down_after_ms = DOWN_MS;
     cfg.probe_ms = 300;
+    /* a rotation must not expire while a loaded, sanitized run redials */
+    cfg.key_confirm_ms = 600000;
     cfg.bench = 0;
     cfg.proto_major = major;
     cfg.http_port = 8080;

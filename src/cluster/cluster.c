@@ -62,6 +62,7 @@ void cluster_config_default(cluster_config *c)
     c->down_after_ms = 3000;
     c->probe_ms = 10000;
     c->forget_after_ms = 3600000;
+    c->key_confirm_ms = 30000;
     c->bench = 1;
 }
 
@@ -948,6 +949,7 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
     if (c->cfg.down_after_ms < 2 * c->cfg.heartbeat_ms) c->cfg.down_after_ms = 2 * c->cfg.heartbeat_ms;
     if (c->cfg.probe_ms < 0) c->cfg.probe_ms = 0;
     if (c->cfg.forget_after_ms <= 0) c->cfg.forget_after_ms = def.forget_after_ms;
+    if (c->cfg.key_confirm_ms <= 0) c->cfg.key_confirm_ms = def.key_confirm_ms;
     c->major = cfg->proto_major > 0 ? cfg->proto_major : WIRE_PROTO_MAJOR;
     c->minor = cfg->proto_major > 0 ? cfg->proto_minor : WIRE_PROTO_MINOR;
     c->t_start_ns = os_now_ns();

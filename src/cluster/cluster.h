@@ -49,6 +49,8 @@ typedef struct {
     int down_after_ms;            /* default 3000: silent this long = down */
     int probe_ms;                 /* default 10000: bandwidth probe interval per link */
     int forget_after_ms;          /* default 3600000: a node down this long is dropped */
+    int key_confirm_ms;           /* default 30000: a key rotation waits this long for the
+                                     members' confirmations before retiring the old key */
     int http_port;                /* this node's API port, published (0: none) */
     const char *models_dir;       /* NULL: $RACIMO_MODELS_DIR, else <state_dir>/models */
     const char *ro_dirs;          /* NULL: $RACIMO_MODELS_READ_ONLY_DIRS */

@@ -18,7 +18,7 @@
  * at once.  Only dials to members already in the table use the old key, and
  * only towards them, so a stranger holding the old token gets nothing.  The
  * rotating node retires the old key everywhere (KEY_RETIRE) once every
- * member that was up at the rotation confirmed, or after CONFIRM_MS; a
+ * member that was up at the rotation confirmed, or after cfg.key_confirm_ms; a
  * member drops it by itself after OVERLAP_MS.
  */
 #include "cluster/cluster_internal.h"
@@ -33,7 +33,6 @@
 #include <time.h>
 
 #define MS          1000000ull
-#define CONFIRM_MS  30000           /* the rotating node waits this long for confirmations */
 #define OVERLAP_MS  60000           /* a member keeps the old key at most this long */
 #define KEY_BYTES   (WIRE_KEY_BYTES + 8 + WIRE_ID_BYTES)
 #define FP_BYTES    (WIRE_FP_HEX / 2)
@@ -116,7 +115,7 @@ static void retire(struct cluster *c)
     }
     rc_log(LOG_WARN, "cluster: key rotation: %d member%s did not confirm the new key within %d s "
            "(%s); the old key no longer works, so %s the new token", missed,
-           missed == 1 ? "" : "s", CONFIRM_MS / 1000, list, missed == 1 ? "it needs" : "they need");
+           missed == 1 ? "" : "s", c->cfg.key_confirm_ms / 1000, list, missed == 1 ? "it needs" : "they need");
 }
 
 /* The rotation asked of this node starts (cluster thread). */
@@ -138,7 +137,7 @@ static void start(struct cluster *c, uint64_t now)
     pthread_mutex_unlock(&c->mu);
     if (epoch <= c->rot.epoch)
         epoch = c->rot.epoch + 1;
-    c->rot.deadline_ns = now + CONFIRM_MS * MS;
+    c->rot.deadline_ns = now + (uint64_t)c->cfg.key_confirm_ms * MS;
     adopt(c, key, epoch, NULL);
     sodium_memzero(key, sizeof key);
     rc_log(LOG_INFO, "cluster: rotated the cluster key: now fingerprint %s; carrying %d live "
@@ -290,7 +289,7 @@ int cluster_rotate_key(struct cluster *c, char *token, size_t cap)
     pthread_mutex_lock(&c->mu);
     if (!r && (c->rot.asked || c->rot.leading))
         r = rc_fail(RC_ESTATE, "a key rotation is in progress here (it ends when every live "
-                    "member confirmed, at most %d s)", CONFIRM_MS / 1000);
+                    "member confirmed, at most %d s)", c->cfg.key_confirm_ms / 1000);
     else if (!r && c->self_removed)
         r = rc_fail(RC_ESTATE, "this node was removed from the cluster");
     if (!r) {
