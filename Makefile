@@ -71,7 +71,11 @@ endif
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The dashboard's files (web/) become byte arrays in a generated C file of
+# the library (tools/web_embed.c: no xxd, no linker tricks, Linux and macOS).
+WEB_FILES := $(sort $(wildcard web/*.html web/*.css web/*.js web/*.svg web/*.png))
+WEB_OBJ  := $(BUILD)/gen/web_assets.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(WEB_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
@@ -89,6 +93,16 @@ $(BUILD)/racimo: $(CLI_OBJ) $(BUILD)/libracimo.a
 # in-process; the test binary's main is the runner.
 $(BUILD)/racimo_tests: $(TEST_OBJ) $(BUILD)/libracimo.a
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libracimo.a $(TEST_LDLIBS) $(LDLIBS)
+
+$(BUILD)/gen/web_embed: tools/web_embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -Wall -Wextra -o $@ $<
+
+$(BUILD)/gen/web_assets.c: $(BUILD)/gen/web_embed $(WEB_FILES)
+	$(BUILD)/gen/web_embed $(WEB_FILES) > $@.tmp && mv $@.tmp $@
+
+$(WEB_OBJ): $(BUILD)/gen/web_assets.c
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)

@@ -214,7 +214,7 @@ json_t *cl__self_state(struct cluster *c)
     }
     char proto[16];
     snprintf(proto, sizeof proto, "%d.%d", c->major, c->minor);
-    return json_pack("{s:s, s:s, s:o, s:i, s:i, s:s, s:s, s:o, s:O, s:O, s:O, s:O, s:o, s:o}",
+    json_t *st = json_pack("{s:s, s:s, s:o, s:i, s:i, s:s, s:s, s:o, s:O, s:O, s:O, s:O, s:o, s:o}",
                      "id", self->id_hex, "name", c->name, "addresses", addr_json(&self->addrs),
                      "cluster_port", c->port, "http_port", c->cfg.http_port,
                      "version", VERSION_TEXT, "protocol", proto,
@@ -222,6 +222,9 @@ json_t *cl__self_state(struct cluster *c)
                      "models", c->models, "serving", c->serving,
                      "serving_free", c->serving_free, "serving_slots", c->serving_slots,
                      "peers", peers, "links", links);
+    if (st && c->power)
+        json_object_set(st, "power", c->power);
+    return st;
 }
 
 static void send_state(struct cluster *c, cl_conn *only)
@@ -1129,11 +1132,11 @@ json_t *cluster_snapshot(struct cluster *c)
             json_decref(info);
             continue;
         }
-        const char *copy[] = { "version", "protocol", "hardware", "models", "serving" };
+        const char *copy[] = { "version", "protocol", "hardware", "power", "models", "serving" };
         for (size_t j = 0; j < sizeof copy / sizeof copy[0]; j++) {
             json_t *v = json_object_get(info, copy[j]);
             json_object_set_new(o, copy[j], v ? json_deep_copy(v)
-                                              : j >= 3 ? json_array() : json_null());
+                                              : j >= 4 ? json_array() : json_null());
         }
         slots_capped(info, o);
         json_object_set_new(o, "down_for_ms", up ? json_null()
@@ -1269,6 +1272,31 @@ void cluster_set_serving(struct cluster *c, const char *const *names, const int 
     c->self_dirty = true;
     pthread_mutex_unlock(&c->mu);
     if (c->wake_ev)
+        event_active(c->wake_ev, 0, 0);
+}
+
+void cluster_set_power(struct cluster *c, const json_t *power)
+{
+    json_t *p = power ? json_deep_copy(power) : NULL;
+    pthread_mutex_lock(&c->mu);
+    /* a measured power moves all the time: only a change of a tenth or
+     * more (or of anything else) is sent at once, the rest rides on the
+     * state every node sends every 2 s anyway */
+    double was = json_number_value(json_object_get(c->power, "watts"));
+    double now = json_number_value(json_object_get(p, "watts"));
+    json_t *a = json_deep_copy(c->power), *b = json_deep_copy(p);
+    json_object_del(a, "watts");
+    json_object_del(b, "watts");
+    bool changed = !json_equal(a, b) || (c->power == NULL) != (p == NULL) ||
+                   (now - was) * (now - was) > 0.01 * was * was;
+    json_decref(a);
+    json_decref(b);
+    json_decref(c->power);
+    c->power = p;
+    if (changed)
+        c->self_dirty = true;
+    pthread_mutex_unlock(&c->mu);
+    if (changed && c->wake_ev)
         event_active(c->wake_ev, 0, 0);
 }
 
@@ -1518,6 +1546,7 @@ void cluster_free(struct cluster *c)
     json_decref(c->serving);
     json_decref(c->serving_free);
     json_decref(c->serving_slots);
+    json_decref(c->power);
     rc_free(c->ro_dirs);
     rc_free(c->plain);
     if (c->mu_init)

@@ -88,6 +88,7 @@ int cluster_start(struct cluster *c);
  *               "state":"up"|"down","self":bool,"down_for_ms":n|null,
  *               "version","protocol","hardware":{"cores","threads","simd","cpu",
  *               "mem_total","mem_free","mem_bandwidth","matmul_gflops"},
+ *               "power":{...} (cluster_set_power) or null,
  *               "models":[{"name","size_bytes"}] (what it serves to peers,
  *               exports.h),"serving":[names],
  *               "serving_free":{name: free slots},
@@ -124,6 +125,12 @@ void cluster_set_http_port(struct cluster *c, int port);
 #define CLUSTER_SLOTS_MAX 256     /* racimo serve --parallel's bound */
 void cluster_set_serving(struct cluster *c, const char *const *names, const int *free_slots,
                          const int *slots, int n);
+
+/* This node's power figures, published to the others as "power" in its
+ * state and shown in the view's nodes: {"watts" (W, null: unknown),
+ * "source" ("configured", "rapl", "unknown"), "price_kwh" (null: not set),
+ * "hw_per_hour" (amortisation per hour)}.  Copied; NULL publishes none. */
+void cluster_set_power(struct cluster *c, const json_t *power);
 
 /* Whether this node's side sees a strict majority of the known membership
  * (the partition rule: only such a side may place or restart instances). */
