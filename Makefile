@@ -79,7 +79,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(WEB_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test test-unit test-san test-e2e test-cluster test-pipeline fuzz clean deps
+.PHONY: all run test test-unit test-san test-e2e test-cluster test-pipeline test-browser fuzz clean deps
 all: $(BUILD)/racimo
 
 $(BUILD)/libracimo.a: $(LIB_OBJ)
@@ -211,6 +211,13 @@ test-e2e: build/rel/racimo
 # cut link (tests/cluster).
 test-cluster: build/rel/racimo build/rel/racimo-hooks
 	@RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/run.sh
+
+# test-browser: the web dashboard in headless Chromium (puppeteer-core,
+# tests/browser/package-lock.json, installed on first use) against three
+# nodes in network namespaces (needs root; skipped without chromium).
+.PHONY: test-browser
+test-browser: build/rel/racimo
+	@RACIMO_BIN=build/rel/racimo tests/browser/run.sh
 
 # test-pipeline: one model across 2-4 nodes in network namespaces (needs
 # root): same greedy text as one node, a killed stage node, weight pulls,

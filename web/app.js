@@ -203,6 +203,12 @@ function drawModels() {
       }
       rates.set(m.name, r = { t: now, prompt: m.tokens_prompt, gen: m.tokens_generated, in: r ? r.in : 0, out: r ? r.out : 0 });
     }
+    const box = $('plan-preview');
+    if (box.dataset.pending === m.name && m.state !== 'loading') {
+      delete box.dataset.pending;
+      if (m.plan) showPlan(box, m.plan, 'Started');
+      else box.textContent = `${m.name}: ${m.state === 'loaded' ? 'runs on this node' : m.state}`;
+    }
     const rec = m.recoveries || {};
     tb.append(el('tr', { 'data-model': m.name },
       el('td', { text: m.name }),
@@ -279,7 +285,10 @@ async function startModel(ev) {
     if (!r.ok) { box.textContent = 'Start failed: ' + await errorText(r); return; }
     const j = await r.json();
     if (j.plan) showPlan(box, j.plan, 'Started');
-    else box.textContent = `${j.model}: ${j.state}`;
+    else {
+      box.textContent = `${j.model}: ${j.state}…`;
+      box.dataset.pending = j.model;     // drawModels shows the plan once it is loaded
+    }
     poll();
   } catch (e) { box.textContent = String(e.message || e); }
 }
@@ -313,7 +322,10 @@ function drawCost() {
 }
 
 // ---- polling ----
+let inflight = false;
 async function poll() {
+  if (inflight) return;     // a slow answer: skip a beat rather than pile up
+  inflight = true;
   try {
     const r = await api('/v1/cluster');
     if (!r.ok) throw new Error(await errorText(r));
@@ -334,6 +346,8 @@ async function poll() {
     if (!$('login').hidden) return;
     $('error').hidden = false;
     $('error').textContent = 'Cannot reach the node: ' + (e.message || e);
+  } finally {
+    inflight = false;
   }
 }
 

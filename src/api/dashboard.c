@@ -22,7 +22,7 @@
 
 bool dashboard_path(const char *path)
 {
-    return !strcmp(path, "/") || !strncmp(path, "/ui/", 4);
+    return !strcmp(path, "/") || !strcmp(path, "/ui") || !strncmp(path, "/ui/", 4);
 }
 
 static const web_asset *find(const char *path)

@@ -70,6 +70,10 @@ void srv_power_tick(api_server *s)
         if (registry_state(s->reg, list[i], NULL, 0) == MODEL_READY) {
             engine_stats es;
             engine_get_stats(list[i]->eng, &es);
+            /* an engine counts from 0 when it is loaded: the tokens of a
+             * request that ran before the first sample are still counted */
+            if (!list[i]->rate.n && list[i]->t_loaded_ns && list[i]->t_loaded_ns < now)
+                cost_rate_add(&list[i]->rate, list[i]->t_loaded_ns, 0, 0);
             cost_rate_add(&list[i]->rate, now, es.tokens_prompt, es.tokens_gen);
         } else {
             list[i]->rate.n = 0;
