@@ -128,11 +128,28 @@ function drawGraph() {
   }
 }
 
-// "model L0-11" for what the running instances of this node put on node id
+// Every running instance of the cluster, each with the node that heads it:
+// what each node publishes ("instances"), this node's own from its fresher
+// list ("models"); standalone, this node's models.
+function instances() {
+  const own = ((view && view.models) || []).filter((m) => m.state !== 'available')
+    .map((m) => ({ ...m, head: view.self || 'self', mine: true }));
+  if (!view || !view.nodes) return own;
+  const out = [...own];
+  for (const n of view.nodes) {
+    if (n.self || n.state !== 'up' || !Array.isArray(n.instances)) continue;
+    for (const m of n.instances) {
+      if (m && typeof m.name === 'string') out.push({ ...m, head: n.id, mine: false });
+    }
+  }
+  return out;
+}
+
+// "model L0-11" for what the running instances put on node id
 function stagesOn(id) {
   const out = [];
-  for (const m of (view && view.models) || []) {
-    for (const s of (m.plan && m.plan.stages) || []) {
+  for (const m of instances()) {
+    for (const s of (m.plan && Array.isArray(m.plan.stages) && m.plan.stages) || []) {
       if (s.node !== id) continue;
       out.push(m.plan.split === 'tensor' ? `${m.name} shard` : `${m.name} L${s.first}-${s.last - 1}`);
     }
@@ -175,7 +192,7 @@ function drawNodes() {
 function planBar(plan) {
   const bar = el('div', { class: 'bar', role: 'img' });
   const label = [];
-  for (const s of plan.stages || []) {
+  for (const s of Array.isArray(plan.stages) ? plan.stages : []) {
     const layers = plan.split === 'tensor' ? plan.n_layer : s.last - s.first;
     const what = plan.split === 'tensor' ? 'every layer (shard)' : `layers ${s.first}-${s.last - 1}`;
     const part = el('span', { title: `${s.name}: ${what}`, text: `${s.name} ${plan.split === 'tensor' ? 'shard' : s.first + '-' + (s.last - 1)}` });
@@ -192,16 +209,16 @@ function drawModels() {
   const now = performance.now();
   const tb = $('instances').tBodies[0];
   tb.replaceChildren();
-  for (const m of (view && view.models) || []) {
-    if (m.state === 'available') continue;
-    let r = rates.get(m.name);
+  for (const m of instances()) {
+    const key = m.head + '/' + m.name;
+    let r = rates.get(key);
     if (m.tokens_generated != null) {
       if (r && now > r.t) {
         const dt = (now - r.t) / 1000;
         r.in = Math.max(0, (m.tokens_prompt - r.prompt) / dt);
         r.out = Math.max(0, (m.tokens_generated - r.gen) / dt);
       }
-      rates.set(m.name, r = { t: now, prompt: m.tokens_prompt, gen: m.tokens_generated, in: r ? r.in : 0, out: r ? r.out : 0 });
+      rates.set(key, r = { t: now, prompt: m.tokens_prompt, gen: m.tokens_generated, in: r ? r.in : 0, out: r ? r.out : 0 });
     }
     const box = $('plan-preview');
     if (box.dataset.pending === m.name && m.state !== 'loading') {
@@ -210,18 +227,19 @@ function drawModels() {
       else box.textContent = `${m.name}: ${m.state === 'loaded' ? 'runs on this node' : m.state}`;
     }
     const rec = m.recoveries || {};
-    tb.append(el('tr', { 'data-model': m.name },
-      el('td', { text: m.name }),
+    tb.append(el('tr', { 'data-model': m.name, 'data-head': m.head },
+      el('td', {}, m.name, el('br'), el('span', { class: 'muted', text: 'on ' + nodeName(m.head) })),
       el('td', { text: m.state }),
       el('td', {}, m.plan ? planBar(m.plan) : 'this node'),
       el('td', { text: m.parallel != null ? `${m.active} / ${m.parallel}` : '–' }),
       el('td', { text: m.queued != null ? String(m.queued) : '–' }),
       el('td', { text: r ? `${num(r.in)} / ${num(r.out)}` : '–' }),
       el('td', { text: rec.count != null ? `${rec.count}${rec.failed ? ` (${rec.failed} failed)` : ''}` : '–' }),
-      el('td', {}, el('button', { type: 'button', class: 'secondary', 'aria-label': `Stop ${m.name}`,
-                                  text: 'Stop', onclick: () => stopModel(m.name) }))));
+      el('td', {}, m.mine ? el('button', { type: 'button', class: 'secondary', 'aria-label': `Stop ${m.name}`,
+                                           text: 'Stop', onclick: () => stopModel(m.name) })
+                          : el('span', { class: 'muted', text: 'stop it on ' + nodeName(m.head) }))));
   }
-  if (!tb.rows.length) tb.append(el('tr', {}, el('td', { colspan: 8, class: 'muted', text: 'No instance runs on this node.' })));
+  if (!tb.rows.length) tb.append(el('tr', {}, el('td', { colspan: 8, class: 'muted', text: 'No instance runs in the cluster.' })));
 
   // every model file of the cluster, and where it is
   const files = new Map();
@@ -307,18 +325,18 @@ function drawCost() {
   $('cost-basis').textContent = c ? c.basis : '';
   const tb = $('costs').tBodies[0];
   tb.replaceChildren();
-  for (const m of (view && view.models) || []) {
+  for (const m of instances()) {
     const k = m.cost;
-    if (!k) continue;
-    tb.append(el('tr', { 'data-model': m.name }, el('td', { text: m.name }),
-      el('td', { text: (k.nodes || []).map(nodeName).join(', ') }),
+    if (!k || typeof k !== 'object') continue;
+    tb.append(el('tr', { 'data-model': m.name, 'data-head': m.head }, el('td', { text: m.name }),
+      el('td', { text: (Array.isArray(k.nodes) ? k.nodes : []).map(String).map(nodeName).join(', ') }),
       el('td', { text: k.watts != null ? num(k.watts, 0) + ' W' : 'unknown' }),
       el('td', { text: num(k.tokens_per_s) }),
       el('td', { text: k.wh_per_1k_tokens != null ? num(k.wh_per_1k_tokens, 3) + ' Wh' : '–' }),
       el('td', { text: k.cost_per_mtok != null ? num(k.cost_per_mtok, 4) : '–' }),
       el('td', { text: c && c.cloud_per_mtok != null ? num(c.cloud_per_mtok, 4) : '–' })));
   }
-  if (!tb.rows.length) tb.append(el('tr', {}, el('td', { colspan: 7, class: 'muted', text: 'No model runs on this node.' })));
+  if (!tb.rows.length) tb.append(el('tr', {}, el('td', { colspan: 7, class: 'muted', text: 'No model runs in the cluster.' })));
 }
 
 // ---- polling ----

@@ -8,7 +8,8 @@
  * takes the power of every node of its plan from the cluster view (what
  * each node published; a value that is not a sane number counts as
  * unknown, since a peer may send anything), or this node's own when it
- * runs here alone.
+ * runs here alone.  The tick also publishes the instances this node heads
+ * (srv_publish_instances), so that every node's dashboard shows them all.
  */
 #include "server_internal.h"
 #include "cost.h"
@@ -60,9 +61,12 @@ void srv_power_tick(api_server *s)
     if (s->cfg.watts <= 0)
         s->watts = power_meter_sample(&s->meter, now);
     if (s->cfg.cluster) {
-        json_t *p = own_power(s);
-        cluster_set_power(s->cfg.cluster, p);
+        json_t *p = own_power(s), *stable = json_deep_copy(p);
+        json_object_del(stable, "watts");      /* measured: moves all the time */
+        if (p && stable)
+            cluster_set_published(s->cfg.cluster, "power", p, stable);
         json_decref(p);
+        json_decref(stable);
     }
     int n = 0;
     api_model **list = registry_list(s->reg, &n);
@@ -79,6 +83,7 @@ void srv_power_tick(api_server *s)
             list[i]->rate.n = 0;
         }
     rc_free(list);
+    srv_publish_instances(s);
 }
 
 /* The power figures of node `id` in the view. */

@@ -259,6 +259,74 @@ static void publish_serving(api_server *s)
     rc_free(list);
 }
 
+/* Model m (in state st) as /v1/cluster lists it: file, state, and when it
+ * runs its load, counters, recoveries, plan and cost (view: the cluster's,
+ * or NULL). */
+static json_t *model_json(api_server *s, api_model *m, int st, const json_t *view)
+{
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "name", m->name, "path", m->path,
+                          "size_bytes", (json_int_t)m->size_bytes, "state", state_name(st));
+    if (!o || st != MODEL_READY)
+        return o;
+    engine_stats es;
+    engine_get_stats(m->eng, &es);
+    json_t *e = json_pack("{s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I}",
+                          "parallel", m->ep.n_seq, "ctx_size", m->ep.n_ctx,
+                          "cache_type", kv_type_name(m->ep.kv_type),
+                          "threads", m->ep.n_threads, "active", es.n_active,
+                          "queued", es.n_queued, "kv_used", es.kv_used,
+                          "kv_total", es.kv_total, "tokens_prompt",
+                          (json_int_t)es.tokens_prompt, "tokens_cached",
+                          (json_int_t)es.tokens_cached, "tokens_generated",
+                          (json_int_t)es.tokens_gen);
+    json_object_update(o, e);
+    json_decref(e);
+    /* instances rebuilt after a node was lost (engine_set_rebuild) */
+    json_t *rec = json_pack("{s:i, s:i, s:I}", "count", es.n_recoveries, "failed",
+                            es.n_recoveries_failed, "tokens_replayed",
+                            (json_int_t)es.tokens_replayed);
+    if (rec && es.last_recovery_at > 0)
+        json_object_set_new(rec, "last",
+                            json_pack("{s:f, s:f, s:i, s:s}", "at", es.last_recovery_at,
+                                      "seconds", es.last_recovery_s, "sequences",
+                                      es.last_recovery_seqs, "why", es.last_recovery_why));
+    json_object_set_new(o, "recoveries", rec);
+    json_t *plan = model_plan(m);
+    json_object_set_new(o, "cost", srv_model_cost(s, m, plan, view));
+    if (plan)
+        json_object_set_new(o, "plan", plan);
+    return o;
+}
+
+void srv_publish_instances(api_server *s)
+{
+    if (!s->cfg.cluster)
+        return;
+    json_t *view = cluster_snapshot(s->cfg.cluster);
+    json_t *all = json_array(), *stable = json_array();
+    int n = 0;
+    api_model **list = registry_list(s->reg, &n);
+    for (int i = 0; list && i < n; i++) {
+        if (registry_state(s->reg, list[i], NULL, 0) != MODEL_READY)
+            continue;
+        json_t *o = model_json(s, list[i], MODEL_READY, view);
+        if (!o)
+            continue;
+        json_object_del(o, "path");           /* this machine's business */
+        /* what others must see at once: which instances run where */
+        json_array_append_new(stable, json_pack("{s:s, s:O?}", "name", list[i]->name, "stages",
+                                                json_object_get(json_object_get(o, "plan"),
+                                                                "stages")));
+        json_array_append_new(all, o);
+    }
+    rc_free(list);
+    if (all && stable)
+        cluster_set_published(s->cfg.cluster, "instances", all, stable);
+    json_decref(all);
+    json_decref(stable);
+    json_decref(view);
+}
+
 /* This node's state; with a cluster, also the cluster's view (self,
  * leader, quorum, nodes, links...: every node answers the same). */
 static int cluster(api_server *s, struct evhttp_request *req)
@@ -271,44 +339,9 @@ static int cluster(api_server *s, struct evhttp_request *req)
     json_t *models = json_array();
     int n = 0;
     api_model **list = registry_list(s->reg, &n);
-    for (int i = 0; i < n; i++) {
-        api_model *m = list[i];
-        int st = registry_state(s->reg, m, NULL, 0);
-        json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "name", m->name, "path", m->path,
-                              "size_bytes", (json_int_t)m->size_bytes, "state", state_name(st));
-        if (o && st == MODEL_READY) {
-            engine_stats es;
-            engine_get_stats(m->eng, &es);
-            json_t *e = json_pack("{s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I}",
-                                  "parallel", m->ep.n_seq, "ctx_size", m->ep.n_ctx,
-                                  "cache_type", kv_type_name(m->ep.kv_type),
-                                  "threads", m->ep.n_threads, "active", es.n_active,
-                                  "queued", es.n_queued, "kv_used", es.kv_used,
-                                  "kv_total", es.kv_total, "tokens_prompt",
-                                  (json_int_t)es.tokens_prompt, "tokens_cached",
-                                  (json_int_t)es.tokens_cached, "tokens_generated",
-                                  (json_int_t)es.tokens_gen);
-            json_object_update(o, e);
-            json_decref(e);
-            /* instances rebuilt after a node was lost (engine_set_rebuild) */
-            json_t *rec = json_pack("{s:i, s:i, s:I}", "count", es.n_recoveries, "failed",
-                                    es.n_recoveries_failed, "tokens_replayed",
-                                    (json_int_t)es.tokens_replayed);
-            if (rec && es.last_recovery_at > 0)
-                json_object_set_new(rec, "last",
-                                    json_pack("{s:f, s:f, s:i, s:s}", "at", es.last_recovery_at,
-                                              "seconds", es.last_recovery_s, "sequences",
-                                              es.last_recovery_seqs, "why",
-                                              es.last_recovery_why));
-            json_object_set_new(o, "recoveries", rec);
-        }
-        json_t *plan = o && st == MODEL_READY ? model_plan(m) : NULL;
-        if (o && st == MODEL_READY)
-            json_object_set_new(o, "cost", srv_model_cost(s, m, plan, view));
-        if (plan)
-            json_object_set_new(o, "plan", plan);
-        json_array_append_new(models, o);
-    }
+    for (int i = 0; i < n; i++)
+        json_array_append_new(models, model_json(s, list[i], registry_state(s->reg, list[i],
+                                                                             NULL, 0), view));
     rc_free(list);
     char listen[300];
     snprintf(listen, sizeof listen, "%s:%d", s->cfg.host, s->port);

@@ -163,6 +163,10 @@ const char *srv_bearer(struct evhttp_request *req);
 /* The connection's peer as "ADDRESS:PORT" ("?" when unknown). */
 void srv_peer(struct evhttp_request *req, char *out, size_t cap);
 
+/* The instances this node heads (model, plan, load, tokens/s, cost), published
+ * to the cluster as "instances" of its STATE (once a second, from power.c). */
+void srv_publish_instances(api_server *s);
+
 /* ---- dashboard.c ---- */
 /* Whether path is one of the dashboard's ("/" or "/ui/..."): served without
  * an API key, since the page carries no data. */

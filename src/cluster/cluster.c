@@ -222,8 +222,11 @@ json_t *cl__self_state(struct cluster *c)
                      "models", c->models, "serving", c->serving,
                      "serving_free", c->serving_free, "serving_slots", c->serving_slots,
                      "peers", peers, "links", links);
-    if (st && c->power)
-        json_object_set(st, "power", c->power);
+    const char *k;
+    json_t *v;
+    json_object_foreach(c->published, k, v)
+        if (st && !json_object_get(st, k))          /* never over the record's own keys */
+            json_object_set(st, k, v);
     return st;
 }
 
@@ -1003,8 +1006,10 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
     c->serving = json_array();
     c->serving_free = json_object();
     c->serving_slots = json_object();
+    c->published = json_object();
+    c->published_stable = json_object();
     if (!(c->plain = rc_malloc(WIRE_FRAME_MAX)) || !c->models || !c->serving || !c->serving_free ||
-        !c->serving_slots) {
+        !c->serving_slots || !c->published || !c->published_stable) {
         r = rc_fail(RC_ENOMEM, "cluster");
         goto fail;
     }
@@ -1132,7 +1137,8 @@ json_t *cluster_snapshot(struct cluster *c)
             json_decref(info);
             continue;
         }
-        const char *copy[] = { "version", "protocol", "hardware", "power", "models", "serving" };
+        const char *copy[] = { "version", "protocol", "hardware", "power", "models", "serving",
+                               "instances" };
         for (size_t j = 0; j < sizeof copy / sizeof copy[0]; j++) {
             json_t *v = json_object_get(info, copy[j]);
             json_object_set_new(o, copy[j], v ? json_deep_copy(v)
@@ -1275,24 +1281,22 @@ void cluster_set_serving(struct cluster *c, const char *const *names, const int 
         event_active(c->wake_ev, 0, 0);
 }
 
-void cluster_set_power(struct cluster *c, const json_t *power)
+void cluster_set_published(struct cluster *c, const char *key, const json_t *value,
+                           const json_t *stable)
 {
-    json_t *p = power ? json_deep_copy(power) : NULL;
+    json_t *v = value ? json_deep_copy(value) : NULL;
+    json_t *st = json_deep_copy(stable ? stable : value);
     pthread_mutex_lock(&c->mu);
-    /* a measured power moves all the time: only a change of a tenth or
-     * more (or of anything else) is sent at once, the rest rides on the
-     * state every node sends every 2 s anyway */
-    double was = json_number_value(json_object_get(c->power, "watts"));
-    double now = json_number_value(json_object_get(p, "watts"));
-    json_t *a = json_deep_copy(c->power), *b = json_deep_copy(p);
-    json_object_del(a, "watts");
-    json_object_del(b, "watts");
-    bool changed = !json_equal(a, b) || (c->power == NULL) != (p == NULL) ||
-                   (now - was) * (now - was) > 0.01 * was * was;
-    json_decref(a);
-    json_decref(b);
-    json_decref(c->power);
-    c->power = p;
+    bool changed = !json_equal(json_object_get(c->published_stable, key), st) ||
+                   (json_object_get(c->published, key) == NULL) != (v == NULL);
+    if (v)
+        json_object_set_new(c->published, key, v);
+    else
+        json_object_del(c->published, key);
+    if (st)
+        json_object_set_new(c->published_stable, key, st);
+    else
+        json_object_del(c->published_stable, key);
     if (changed)
         c->self_dirty = true;
     pthread_mutex_unlock(&c->mu);
@@ -1546,7 +1550,8 @@ void cluster_free(struct cluster *c)
     json_decref(c->serving);
     json_decref(c->serving_free);
     json_decref(c->serving_slots);
-    json_decref(c->power);
+    json_decref(c->published);
+    json_decref(c->published_stable);
     rc_free(c->ro_dirs);
     rc_free(c->plain);
     if (c->mu_init)

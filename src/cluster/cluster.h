@@ -88,7 +88,7 @@ int cluster_start(struct cluster *c);
  *               "state":"up"|"down","self":bool,"down_for_ms":n|null,
  *               "version","protocol","hardware":{"cores","threads","simd","cpu",
  *               "mem_total","mem_free","mem_bandwidth","matmul_gflops"},
- *               "power":{...} (cluster_set_power) or null,
+ *               "power":{...} or null, "instances":[...] (cluster_set_published),
  *               "models":[{"name","size_bytes"}] (what it serves to peers,
  *               exports.h),"serving":[names],
  *               "serving_free":{name: free slots},
@@ -126,11 +126,17 @@ void cluster_set_http_port(struct cluster *c, int port);
 void cluster_set_serving(struct cluster *c, const char *const *names, const int *free_slots,
                          const int *slots, int n);
 
-/* This node's power figures, published to the others as "power" in its
- * state and shown in the view's nodes: {"watts" (W, null: unknown),
- * "source" ("configured", "rapl", "unknown"), "price_kwh" (null: not set),
- * "hw_per_hour" (amortisation per hour)}.  Copied; NULL publishes none. */
-void cluster_set_power(struct cluster *c, const json_t *power);
+/* Publishes `value` (copied; NULL: removes it) under `key` of this node's
+ * STATE, shown in the view's record of this node: "power" (this node's
+ * power and prices: {"watts" (W, null: unknown), "source" ("configured",
+ * "rapl", "unknown"), "price_kwh" (null: not set), "hw_per_hour"}) and
+ * "instances" (the instances this node heads: model, plan, load, tokens/s,
+ * cost).  A change of `stable` (the part others must learn at once; NULL:
+ * all of value) sends the STATE now; any other change rides on the STATE
+ * every node sends every 2 s, so figures that move all the time do not
+ * flood the links.  A key the record has already is never replaced. */
+void cluster_set_published(struct cluster *c, const char *key, const json_t *value,
+                           const json_t *stable);
 
 /* Whether this node's side sees a strict majority of the known membership
  * (the partition rule: only such a side may place or restart instances). */

@@ -3,7 +3,8 @@
 // URL, all with API_KEY; the model m8 on nodes 1 and 2).  The steps run in
 // order on one page, never reloaded after the login: a wrong key, then the
 // right one; three nodes and their links; node 3 killed shows as down; m8
-// started over two nodes shows its plan; a chat message streams an answer.
+// started over two nodes shows its plan (also on node 2's page); a chat
+// message streams an answer.
 // Screenshots go to SHOTS.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -109,6 +110,20 @@ test('starting a model split over 2 nodes from the page shows its plan', async (
   const graph = await page.$$eval('#graph g.node text.sub', (t) => t.map((x) => x.textContent).join(' '));
   assert.match(graph, /m8 L0-/);
   await shot('instance');
+  // the same page served by node 2 shows the instance node 1 heads, with its plan
+  const other = await browser.newPage();
+  try {
+    await other.goto(URL.replace('10.77.0.1', '10.77.0.2') + '/', { waitUntil: 'domcontentloaded' });
+    await other.waitForFunction(() => !document.getElementById('login').hidden, { timeout: 10000 });
+    await other.type('#login-key', KEY);
+    await other.keyboard.press('Enter');
+    await other.waitForFunction(() => {
+      const r = document.querySelector('#instances tr[data-model="m8"]');
+      return r && /on node1/.test(r.textContent) && r.querySelectorAll('.bar span').length === 2;
+    }, { timeout: 15000, polling: 100 });
+  } finally {
+    await other.close();
+  }
 });
 
 test('a chat message streams an answer', async () => {
@@ -135,6 +150,9 @@ test('a chat message streams an answer', async () => {
   await page.evaluate(() => document.getElementById('chat').scrollIntoView());
   await shot('chat');
   await page.setViewport({ width: 390, height: 844 });
+  // a phone: wide tables scroll in their own box, the page itself does not
+  const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+  assert.ok(wide <= 391, `the page is ${wide} px wide on a 390 px screen`);
   await shot('phone');
   await page.setViewport({ width: 1280, height: 900 });
   await page.evaluate(() => window.scrollTo(0, 0));
