@@ -428,6 +428,9 @@ int cmd_serve(int argc, char **argv)
             cfg.tls_cert ? "https" : "http", cfg.host,
             node_http_port(nd), n_models, n_models == 1 ? "" : "s",
             n_keys ? "API keys required" : "no API key required");
+    fprintf(stderr, "racimo: dashboard at %s://%s:%d/\n", cfg.tls_cert ? "https" : "http",
+            strcmp(cfg.host, "0.0.0.0") && strcmp(cfg.host, "::") ? cfg.host : "127.0.0.1",
+            node_http_port(nd));
     bool beyond = strcmp(cfg.host, "127.0.0.1") && strcmp(cfg.host, "localhost") &&
                   strcmp(cfg.host, "::1");
     if (beyond && !n_keys)
