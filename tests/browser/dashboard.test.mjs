@@ -160,3 +160,9 @@ test('a chat message streams an answer', async () => {
   await page.evaluate(() => window.scrollTo(0, 0));
   await shot('dashboard');
 });
+
+test('stopping the instance from the page', async () => {
+  await page.click('#instances tr[data-model="m8"] button');
+  await until('instance gone', () => !document.querySelector('#instances tr[data-model="m8"]'), 15000);
+  assert.match(await page.$eval('#plan-preview', (p) => p.textContent), /m8 stopped/);
+});
