@@ -81,10 +81,13 @@ function nodes() {
   if (!view) return [];
   if (view.nodes) return view.nodes;
   // standalone: this node alone
-  return [{ id: 'self', name: view.node.hostname, state: 'up', self: true, version: view.node.version,
-            hardware: view.hardware || null, serving: (view.models || []).filter((m) => m.state === 'loaded').map((m) => m.name),
+  const nd = view.node;
+  return [{ id: 'self', name: nd.hostname, state: 'up', self: true, version: nd.version,
+            hardware: { cores: nd.physical_cores, mem_total: nd.memory_total_bytes,
+                        mem_free: nd.memory_available_bytes, mem_offer: nd.memory_available_bytes },
+            serving: (view.models || []).filter((m) => m.state === 'loaded').map((m) => m.name),
             models: (view.models || []).map((m) => ({ name: m.name, size_bytes: m.size_bytes })),
-            power: view.power || null }];
+            power: view.cost ? view.cost.power : null }];
 }
 function nodeName(id) {
   const n = nodes().find((x) => x.id === id);
