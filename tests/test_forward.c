@@ -712,6 +712,13 @@ TEST_T(forward_plan_preview_and_instances_published, 120)
     }
     if (!shown)
         FAIL("node b never saw node a's instance of fw over 2 nodes");
+    /* racimo nodes --cost: both nodes' power (unknown here: no --watts, no RAPL
+     * assumed), and the instance over both */
+    snprintf(cmd, sizeof cmd, "%s nodes --cost --port %d --api-key ka", test_bin(), port(&a));
+    CHECK_INT(test_run(cmd, buf, sizeof buf), ==, 0);
+    if (!strstr(buf, "WATTS") || !strstr(buf, " pa ") || !strstr(buf, " pb ") ||
+        !strstr(buf, "fw ") || !(strstr(buf, "pa,pb") || strstr(buf, "pb,pa")))
+        FAIL("racimo nodes --cost: %s", buf);
     /* stopped: gone from b's view too */
     for (int t = 0; t < 10000; t += 50) {
         if (http_request(port(&a), "POST", "/v1/instances/stop", KA, "{\"model\":\"fw\"}", buf,
