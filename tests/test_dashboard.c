@@ -178,6 +178,10 @@ TEST(dashboard_key)
         { "{\"model\":\"tiny-Q8_0\",\"min_nodes\":17}", "\"param\":\"min_nodes\"", 400 },
         { "{\"model\":\"tiny-Q8_0\",\"min_nodes\":\"2\"}", "\"param\":\"min_nodes\"", 400 },
         { "[1]", "must be a JSON object", 400 },
+        { "{\"model\":\"tiny-Q8_0\",\"nodes\":\"a\"}", "\"param\":\"nodes\"", 400 },
+        { "{\"model\":\"tiny-Q8_0\",\"nodes\":[\"a\",7]}", "nodes[1] is not", 400 },
+        { "{\"model\":\"tiny-Q8_0\",\"nodes\":[\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\","
+          "\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\"]}", "at most 16", 400 },
         { "{\"model\":\"none\",\"dry_run\":true}", "model_not_found", 404 },
         { "{\"model\":\"tiny-Q8_0\",\"dry_run\":true,\"split\":\"layers\"}", "without a cluster", 409 },
     };

@@ -683,6 +683,23 @@ TEST_T(forward_plan_preview_and_instances_published, 120)
         free(text);
         json_decref(o);
     }
+    /* only the nodes asked for: b by name, a by id; none up is a 400 */
+    CHECK_INT(http_request(port(&a), "POST", "/v1/instances", KA,
+                           "{\"model\":\"fw\",\"dry_run\":true,\"nodes\":[\"pb\"]}", buf,
+                           sizeof buf), ==, 200);
+    json_t *o = json_loads(body_of(buf), 0, NULL);
+    json_t *stages = json_object_get(json_object_get(o, "plan"), "stages");
+    CHECK_INT(json_array_size(stages), ==, 1);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(stages, 0), "node")), idb);
+    json_decref(o);
+    char body[200];
+    snprintf(body, sizeof body, "{\"model\":\"fw\",\"dry_run\":true,\"nodes\":[\"%s\"]}", ida);
+    CHECK_INT(http_request(port(&a), "POST", "/v1/instances", KA, body, buf, sizeof buf), ==, 200);
+    CHECK(strstr(body_of(buf), ida) && !strstr(body_of(buf), idb));
+    CHECK_INT(http_request(port(&a), "POST", "/v1/instances", KA,
+                           "{\"model\":\"fw\",\"dry_run\":true,\"nodes\":[\"nowhere\"]}", buf,
+                           sizeof buf), ==, 400);
+    CHECK(strstr(buf, "none of the nodes asked for fw is up"));
     /* a preview starts nothing */
     CHECK_INT(http_request(port(&a), "GET", "/v1/cluster", KA, NULL, buf, sizeof buf), ==, 200);
     CHECK(strstr(body_of(buf), "\"state\":\"available\""));

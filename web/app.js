@@ -272,8 +272,25 @@ function drawModels() {
   }
 }
 
+// the start form's node boxes: one per node up, ticks kept across polls
+function drawNodeChoice() {
+  const box = $('start-on');
+  const up = nodes().filter((n) => n.state === 'up' && view && view.nodes);
+  const have = [...box.querySelectorAll('input')].map((i) => i.value).join();
+  if (have === up.map((n) => n.id).join()) return;
+  const ticked = new Set([...box.querySelectorAll('input:checked')].map((i) => i.value));
+  box.querySelectorAll('label').forEach((l) => l.remove());
+  for (const n of up) {
+    box.append(el('label', {}, el('input', { type: 'checkbox', value: n.id, ...(ticked.has(n.id) ? { checked: '' } : {}) }),
+                  n.name || n.id.slice(0, 8)));
+  }
+  box.hidden = up.length < 2;
+}
+
 function startBody(dry) {
   const b = { model: $('start-model').value };
+  const on = [...$('start-on').querySelectorAll('input:checked')].map((i) => i.value);
+  if (on.length) b.nodes = on;
   if ($('start-split').value) b.split = $('start-split').value;
   const k = parseInt($('start-nodes').value, 10);
   if (k > 1) b.min_nodes = k;
@@ -362,6 +379,7 @@ async function poll() {
     drawGraph();
     drawNodes();
     drawModels();
+    drawNodeChoice();
     drawCost();
   } catch (e) {
     if (!$('login').hidden) return;

@@ -12,6 +12,7 @@
 #include "model/gguf.h"
 #include "model/model_size.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,7 +40,25 @@ static int place(const registry_config *cfg, const char *name, const model_hpara
         return rc_fail(RC_ENOMEM, "out of memory");
     if ((rc = placement_nodes_from_view(*view, &nodes, &n, &links)))
         return rc;
-    if (links)
+    /* only the nodes asked for (by id or name), those of them that are up */
+    if (wish && wish->n_nodes > 0) {
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            bool asked = false;
+            for (int j = 0; j < wish->n_nodes && !asked; j++)
+                asked = !strcmp(nodes[i].id, wish->nodes[j]) ||
+                        !strcmp(nodes[i].name, wish->nodes[j]);
+            if (asked)
+                nodes[k++] = nodes[i];
+        }
+        n = k;
+        if (!n) {
+            rc_free(nodes);
+            rc_free(links);
+            return rc_fail(RC_EINVAL, "none of the nodes asked for %s is up", name);
+        }
+    }
+    if (links)          /* for the nodes kept: [n * n] fits in what was made for all */
         placement_links_from_view(*view, nodes, n, hp->n_embd, links);
     /* min_nodes is a wish (benchmarks, tests): with fewer nodes up, as
      * many as there are, so a model still runs after a node is lost. */

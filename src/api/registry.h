@@ -41,9 +41,13 @@ enum model_state { MODEL_AVAILABLE, MODEL_LOADING, MODEL_READY, MODEL_FAILED };
 /* How one instance is to be placed, asked with POST /v1/instances (the
  * dashboard's start form); zeros: as the node was configured. */
 enum { PLACE_SPLIT_CONFIG, PLACE_SPLIT_LAYERS, PLACE_SPLIT_TENSOR, PLACE_SPLIT_AUTO };
+#define PLACE_WISH_NODES 16
 typedef struct {
     int min_nodes;             /* at least this many nodes (0: --min-nodes) */
     int split;                 /* PLACE_SPLIT_* */
+    int n_nodes;               /* > 0: only these nodes (ids or names), those up; also when
+                                  the instance is placed again after losing one */
+    char nodes[PLACE_WISH_NODES][65];
 } place_wish;
 
 typedef struct api_model {

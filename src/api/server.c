@@ -371,13 +371,32 @@ static int cluster(api_server *s, struct evhttp_request *req)
 }
 
 /* The placement wishes of a POST /v1/instances body: "split" ("layers",
- * "tensor", "auto") and "min_nodes" (1-PLACEMENT_MAX_STAGES); false with e
- * set when one is malformed. */
+ * "tensor", "auto"), "min_nodes" (1-PLACEMENT_MAX_STAGES) and "nodes" (ids
+ * or names, at most PLACE_WISH_NODES); false with e set when one is
+ * malformed. */
 static bool parse_wish(const json_t *o, place_wish *w, api_error *e)
 {
     static const char *const splits[] = { "layers", "tensor", "auto" };
     memset(w, 0, sizeof *w);
     const json_t *split = json_object_get(o, "split"), *k = json_object_get(o, "min_nodes");
+    const json_t *nodes = json_object_get(o, "nodes"), *node;
+    size_t at;
+    if (nodes && !json_is_null(nodes)) {
+        if (!json_is_array(nodes) || json_array_size(nodes) > PLACE_WISH_NODES) {
+            api_fail(e, 400, "invalid_value", "nodes", "nodes must be a list of at most %d "
+                     "node ids or names", PLACE_WISH_NODES);
+            return false;
+        }
+        json_array_foreach(nodes, at, node) {
+            const char *id = json_string_value(node);
+            if (!id || !*id || strlen(id) >= sizeof w->nodes[0]) {
+                api_fail(e, 400, "invalid_value", "nodes", "nodes[%zu] is not a node id or "
+                         "name", at);
+                return false;
+            }
+            snprintf(w->nodes[w->n_nodes++], sizeof w->nodes[0], "%s", id);
+        }
+    }
     if (split && !json_is_null(split)) {
         const char *v = json_string_value(split);
         for (int i = 0; v && i < 3; i++)
@@ -427,8 +446,8 @@ static int instances(api_server *s, struct evhttp_request *req, bool stop, const
         json_t *plan = NULL;
         int rc = placed_preview(registry_get_config(s->reg), m, &wish, &plan);
         if (rc) {
-            api_fail(&e, rc == RC_ESTATE ? 409 : 500, "preview_failed", "model", "%s",
-                     rc_errmsg());
+            api_fail(&e, rc == RC_ESTATE ? 409 : rc == RC_EINVAL ? 400 : 500, "preview_failed",
+                     "model", "%s", rc_errmsg());
         } else {
             json_decref(o);
             http_reply_json(s, req, 200, json_pack("{s:s, s:o}", "model", m->name, "plan", plan),

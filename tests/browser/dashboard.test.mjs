@@ -97,6 +97,9 @@ test('starting a model split over 2 nodes from the page shows its plan', async (
   await page.select('#start-split', 'layers');
   await page.$eval('#start-nodes', (i) => { i.value = ''; });
   await page.type('#start-nodes', '2');
+  // only the two nodes up, ticked by the user (node 3 is down: not offered)
+  await until('node boxes', () => document.querySelectorAll('#start-on input').length === 2, 10000);
+  for (const box of await page.$$('#start-on input')) await box.click();
   await page.click('#preview');
   await until('plan preview', () => document.querySelectorAll('#plan-preview .bar span').length === 2, 15000);
   const preview = await page.$eval('#plan-preview', (p) => p.textContent);
