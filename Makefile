@@ -98,10 +98,11 @@ $(BUILD)/gen/web_embed: tools/web_embed.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -Wall -Wextra -o $@ $<
 
-$(BUILD)/gen/web_assets.c: $(BUILD)/gen/web_embed $(WEB_FILES)
+# (the folder too: a file removed from web/ leaves the build as well)
+$(BUILD)/gen/web_assets.c: $(BUILD)/gen/web_embed $(WEB_FILES) web
 	$(BUILD)/gen/web_embed $(WEB_FILES) > $@.tmp && mv $@.tmp $@
 
-$(WEB_OBJ): $(BUILD)/gen/web_assets.c
+$(WEB_OBJ): $(BUILD)/gen/web_assets.c src/api/web_assets.h
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/%_avx2.o: %_avx2.c
