@@ -71,11 +71,15 @@ endif
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The dashboard's files (web/) become byte arrays in a generated C file of
+# the library (tools/web_embed.c: no xxd, no linker tricks, Linux and macOS).
+WEB_FILES := $(sort $(wildcard web/*.html web/*.css web/*.js web/*.svg web/*.png))
+WEB_OBJ  := $(BUILD)/gen/web_assets.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(WEB_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test test-unit test-san test-e2e test-cluster test-pipeline fuzz clean deps
+.PHONY: all run test test-unit test-san test-e2e test-cluster test-pipeline test-browser fuzz clean deps
 all: $(BUILD)/racimo
 
 $(BUILD)/libracimo.a: $(LIB_OBJ)
@@ -89,6 +93,17 @@ $(BUILD)/racimo: $(CLI_OBJ) $(BUILD)/libracimo.a
 # in-process; the test binary's main is the runner.
 $(BUILD)/racimo_tests: $(TEST_OBJ) $(BUILD)/libracimo.a
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libracimo.a $(TEST_LDLIBS) $(LDLIBS)
+
+$(BUILD)/gen/web_embed: tools/web_embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -Wall -Wextra -o $@ $<
+
+# (the folder too: a file removed from web/ leaves the build as well)
+$(BUILD)/gen/web_assets.c: $(BUILD)/gen/web_embed $(WEB_FILES) web
+	$(BUILD)/gen/web_embed $(WEB_FILES) > $@.tmp && mv $@.tmp $@
+
+$(WEB_OBJ): $(BUILD)/gen/web_assets.c src/api/web_assets.h
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -197,6 +212,13 @@ test-e2e: build/rel/racimo
 # cut link (tests/cluster).
 test-cluster: build/rel/racimo build/rel/racimo-hooks
 	@RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/run.sh
+
+# test-browser: the web dashboard in headless Chromium (puppeteer-core,
+# tests/browser/package-lock.json, installed on first use) against three
+# nodes in network namespaces (needs root; skipped without chromium).
+.PHONY: test-browser
+test-browser: build/rel/racimo
+	@RACIMO_BIN=build/rel/racimo tests/browser/run.sh
 
 # test-pipeline: one model across 2-4 nodes in network namespaces (needs
 # root): same greedy text as one node, a killed stage node, weight pulls,

@@ -21,6 +21,8 @@ pkgs=(
   avahi-utils       # cluster e2e tests: avahi-browse must see the nodes (DNS-SD over mDNS)
   avahi-daemon      # ... the daemon avahi-browse asks (started by the test, in its namespace)
   dbus              # ... the bus between them (a private one, started by the test)
+  chromium          # browser tests of the web dashboard: headless Chromium driven by
+                    # puppeteer-core (tests/browser)
 )
 # e2e tests drive racimo serve with the official openai and ollama npm packages
 command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)

@@ -10,6 +10,7 @@
  * it.  Copies of a model that fits one node balance: a busy copy's node
  * passes a request to a copy with a free slot. */
 #include "test.h"
+#include "cli_util.h"
 #include "cluster_util.h"
 #include "http_util.h"
 #include "model_util.h"
@@ -23,6 +24,7 @@
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -626,6 +628,130 @@ TEST_T(forward_embeddings, 120)
     CHECK_INT(http_request(port(&b), "POST", "/v1/chat/completions", KC, CHAT(",\"max_tokens\":2"),
                            buf, sizeof buf), ==, 400);
     CHECK(strstr(buf, "embedding model"));
+    stop(&b);
+    stop(&a);
+}
+
+/* The node's record in n's view of node `id`: a new reference, or NULL. */
+static json_t *record_of(test_node *n, const char *id)
+{
+    json_t *s = cluster_snapshot(n->c), *x, *out = NULL;
+    size_t i;
+    json_array_foreach(json_object_get(s, "nodes"), i, x)
+        if (!strcmp(json_string_value(json_object_get(x, "id")), id))
+            out = json_incref(x);
+    json_decref(s);
+    return out;
+}
+
+/* The dashboard's start form: the plan preview (POST /v1/instances with
+ * dry_run, split and min_nodes) places as a start would and starts
+ * nothing; a start with min_nodes runs over both nodes; the other node's
+ * view shows the instance (its plan) and the power the head publishes;
+ * racimo instances plan prints the preview. */
+TEST_T(forward_plan_preview_and_instances_published, 120)
+{
+    static char buf[1 << 17];
+    static test_node a, b;
+    t_min_nodes = 0;
+    t_parallel = 2;
+    const char *file = test_make_model("tiny", TT_Q8_0, NULL);
+    start(&a, "pa", NULL, NULL, "ka", file);
+    start(&b, "pb", cluster_join_token(a.c), &a, "kb", NULL);
+    const char *ida = cluster_self_id(a.c), *idb = cluster_self_id(b.c);
+    wait_sees(&a, idb, NULL);
+    wait_sees(&b, ida, NULL);
+    /* alone it fits one node (the faster); over at least 2 nodes, by layers or by shards */
+    static const struct { const char *body, *want[3]; } cases[] = {
+        { "{\"model\":\"fw\",\"dry_run\":true}",
+          { "\"fits\":true", "\"runs_here\":", "\"split\":\"layers\"" } },
+        { "{\"model\":\"fw\",\"dry_run\":true,\"min_nodes\":2,\"split\":\"layers\"}",
+          { "\"runs_here\":false", "\"first\":0", "\"split\":\"layers\"" } },
+        { "{\"model\":\"fw\",\"dry_run\":true,\"min_nodes\":2,\"split\":\"tensor\"}",
+          { "\"fits\":true", "\"runs_here\":false", "\"split\":\"tensor\"" } },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK_INT(http_request(port(&a), "POST", "/v1/instances", KA, cases[i].body, buf,
+                               sizeof buf), ==, 200);
+        json_t *o = json_loads(body_of(buf), 0, NULL);
+        char *text = json_dumps(json_object_get(o, "plan"), JSON_COMPACT);
+        for (int k = 0; k < 3; k++)
+            if (!text || !strstr(text, cases[i].want[k]))
+                FAIL("%s: no %s in %s", cases[i].body, cases[i].want[k], text ? text : "?");
+        CHECK_INT(json_array_size(json_object_get(json_object_get(o, "plan"), "stages")), ==,
+                  i ? 2 : 1);
+        free(text);
+        json_decref(o);
+    }
+    /* only the nodes asked for: b by name, a by id; none up is a 400 */
+    CHECK_INT(http_request(port(&a), "POST", "/v1/instances", KA,
+                           "{\"model\":\"fw\",\"dry_run\":true,\"nodes\":[\"pb\"]}", buf,
+                           sizeof buf), ==, 200);
+    json_t *o = json_loads(body_of(buf), 0, NULL);
+    json_t *stages = json_object_get(json_object_get(o, "plan"), "stages");
+    CHECK_INT(json_array_size(stages), ==, 1);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(stages, 0), "node")), idb);
+    json_decref(o);
+    char body[200];
+    snprintf(body, sizeof body, "{\"model\":\"fw\",\"dry_run\":true,\"nodes\":[\"%s\"]}", ida);
+    CHECK_INT(http_request(port(&a), "POST", "/v1/instances", KA, body, buf, sizeof buf), ==, 200);
+    CHECK(strstr(body_of(buf), ida) && !strstr(body_of(buf), idb));
+    CHECK_INT(http_request(port(&a), "POST", "/v1/instances", KA,
+                           "{\"model\":\"fw\",\"dry_run\":true,\"nodes\":[\"nowhere\"]}", buf,
+                           sizeof buf), ==, 400);
+    CHECK(strstr(buf, "none of the nodes asked for fw is up"));
+    /* a preview starts nothing */
+    CHECK_INT(http_request(port(&a), "GET", "/v1/cluster", KA, NULL, buf, sizeof buf), ==, 200);
+    CHECK(strstr(body_of(buf), "\"state\":\"available\""));
+    /* the CLI prints it */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "%s instances plan fw --min-nodes 2 --split layers "
+             "--url http://127.0.0.1:%d --api-key ka", test_bin(), port(&a));
+    CHECK_INT(test_run(cmd, buf, sizeof buf), ==, 0);
+    if (!strstr(buf, "fw: fits on 2 nodes (layers)") || !strstr(buf, "stage 1: layers"))
+        FAIL("racimo instances plan: %s", buf);
+    /* started over both nodes (a's own wish, not --min-nodes), then shown from b */
+    int st = http_request(port(&a), "POST", "/v1/instances", KA,
+                          "{\"model\":\"fw\",\"min_nodes\":2}", buf, sizeof buf);
+    CHECK(st == 200 || st == 202);
+    bool shown = false;
+    for (int t = 0; t < 20000 && !shown; t += 50) {
+        json_t *r = record_of(&b, ida);
+        json_t *inst = json_array_get(json_object_get(r, "instances"), 0);
+        shown = inst && !strcmp(json_string_value(json_object_get(inst, "name")), "fw") &&
+               json_array_size(json_object_get(json_object_get(inst, "plan"), "stages")) == 2 &&
+               json_is_object(json_object_get(inst, "cost")) &&
+               json_is_string(json_object_get(json_object_get(r, "power"), "source")) &&
+               !json_object_get(inst, "path");             /* a's paths stay on a */
+        json_decref(r);
+        if (!shown)
+            usleep(50000);
+    }
+    if (!shown)
+        FAIL("node b never saw node a's instance of fw over 2 nodes");
+    /* racimo nodes --cost: both nodes' power (unknown here: no --watts, no RAPL
+     * assumed), and the instance over both */
+    snprintf(cmd, sizeof cmd, "%s nodes --cost --port %d --api-key ka", test_bin(), port(&a));
+    CHECK_INT(test_run(cmd, buf, sizeof buf), ==, 0);
+    if (!strstr(buf, "WATTS") || !strstr(buf, " pa ") || !strstr(buf, " pb ") ||
+        !strstr(buf, "fw ") || !(strstr(buf, "pa,pb") || strstr(buf, "pb,pa")))
+        FAIL("racimo nodes --cost: %s", buf);
+    /* stopped: gone from b's view too */
+    for (int t = 0; t < 10000; t += 50) {
+        if (http_request(port(&a), "POST", "/v1/instances/stop", KA, "{\"model\":\"fw\"}", buf,
+                         sizeof buf) == 200)
+            break;
+        usleep(50000);
+    }
+    shown = true;
+    for (int t = 0; t < 10000 && shown; t += 50) {
+        json_t *r = record_of(&b, ida);
+        shown = json_array_size(json_object_get(r, "instances")) > 0;
+        json_decref(r);
+        if (shown)
+            usleep(50000);
+    }
+    CHECK(!shown);
     stop(&b);
     stop(&a);
 }

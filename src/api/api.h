@@ -62,6 +62,12 @@ typedef struct {
                                          pulled (its head, then what this node runs) */
     struct api_forward *forward;      /* with a cluster: requests for a model another node
                                          serves go there (api_forward_new) */
+    /* the cost of a token (power.c, README "What a token costs") */
+    double watts;                     /* --watts: this node's power; 0: measured (RAPL) */
+    double price_kwh;                 /* --price-kwh; < 0: not set */
+    double hw_price, hw_years;        /* --hw-price over --hw-years (0: no amortisation) */
+    double cloud_price;               /* --cloud-price per million tokens; < 0: not set */
+    const char *powercap_root;        /* NULL: /sys/class/powercap (tests give another) */
     bool test_forward_no_key;         /* tests only (racimo-hooks): requests this node
                                          forwards carry no API key proof, as from a member
                                          that drops the client's key */

@@ -126,7 +126,7 @@ void metrics_generation(api_metrics *m, const char *model_name, int n_prompt, in
     pthread_mutex_unlock(&m->mu);
 }
 
-static void label(strbuf *b, const char *name)
+void metrics_label(strbuf *b, const char *name)
 {
     sb_puts(b, "model=\"");
     for (const char *p = name; *p; p++) {         /* Prometheus label escapes */
@@ -146,20 +146,20 @@ static void render_hist(strbuf *b, const char *metric, const char *model_name, c
     for (int i = 0; i < N_BUCKETS; i++) {
         cum += h->count[i];
         sb_printf(b, "%s_bucket{", metric);
-        label(b, model_name);
+        metrics_label(b, model_name);
         if (i < N_BUCKETS - 1)
             sb_printf(b, ",le=\"%g\"} %llu\n", h->le[i], (unsigned long long)cum);
         else
             sb_printf(b, ",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
     }
     sb_printf(b, "%s_sum{", metric);
-    label(b, model_name);
+    metrics_label(b, model_name);
     sb_printf(b, "} %.6f\n%s_count{", h->sum, metric);
-    label(b, model_name);
+    metrics_label(b, model_name);
     sb_printf(b, "} %llu\n", (unsigned long long)h->n);
 }
 
-static void help(strbuf *b, const char *name, const char *type, const char *text)
+void metrics_help(strbuf *b, const char *name, const char *type, const char *text)
 {
     sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
 }
@@ -167,7 +167,7 @@ static void help(strbuf *b, const char *name, const char *type, const char *text
 void metrics_render(api_metrics *m, api_registry *reg, strbuf *b)
 {
     pthread_mutex_lock(&m->mu);
-    help(b, "racimo_http_requests_total", "counter", "HTTP requests by endpoint and status.");
+    metrics_help(b, "racimo_http_requests_total", "counter", "HTTP requests by endpoint and status.");
     for (int e = 0; e < N_ENDPOINTS; e++)
         for (int s = 0; s < N_STATUS; s++)
             if (m->requests[e][s])
@@ -184,23 +184,23 @@ void metrics_render(api_metrics *m, api_registry *reg, strbuf *b)
           offsetof(model_counters, gen) },
     };
     for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
-        help(b, counters[k].name, "counter", counters[k].help);
+        metrics_help(b, counters[k].name, "counter", counters[k].help);
         for (int i = 0; i < m->n_models; i++) {
             uint64_t v;
             memcpy(&v, (const char *)&m->models[i] + counters[k].off, sizeof v);
             sb_printf(b, "%s{", counters[k].name);
-            label(b, m->models[i].name);
+            metrics_label(b, m->models[i].name);
             sb_printf(b, "} %llu\n", (unsigned long long)v);
         }
     }
-    help(b, "racimo_time_to_first_token_seconds", "histogram",
+    metrics_help(b, "racimo_time_to_first_token_seconds", "histogram",
          "From the request to its first generated token.");
     for (int i = 0; i < m->n_models; i++)
         render_hist(b, "racimo_time_to_first_token_seconds", m->models[i].name, &m->models[i].ttft);
-    help(b, "racimo_request_duration_seconds", "histogram", "From the request to its last token.");
+    metrics_help(b, "racimo_request_duration_seconds", "histogram", "From the request to its last token.");
     for (int i = 0; i < m->n_models; i++)
         render_hist(b, "racimo_request_duration_seconds", m->models[i].name, &m->models[i].total);
-    help(b, "racimo_generation_tokens_per_second", "histogram",
+    metrics_help(b, "racimo_generation_tokens_per_second", "histogram",
          "Generation speed of each request after its first token.");
     for (int i = 0; i < m->n_models; i++)
         render_hist(b, "racimo_generation_tokens_per_second", m->models[i].name, &m->models[i].tps);
@@ -220,7 +220,7 @@ void metrics_render(api_metrics *m, api_registry *reg, strbuf *b)
         { "racimo_recovery_replayed_tokens_total", "Tokens evaluated again to rebuild running requests after a node was lost.", "counter" },
     };
     for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
-        help(b, gauges[g][0], gauges[g][2], gauges[g][1]);
+        metrics_help(b, gauges[g][0], gauges[g][2], gauges[g][1]);
         for (int i = 0; i < n; i++) {
             bool ready = registry_state(reg, list[i], NULL, 0) == MODEL_READY;
             if (g > 0 && !ready)
@@ -232,7 +232,7 @@ void metrics_render(api_metrics *m, api_registry *reg, strbuf *b)
                                     st.kv_total, st.n_recoveries, st.n_recoveries_failed,
                                     (long long)st.tokens_replayed };
             sb_printf(b, "%s{", gauges[g][0]);
-            label(b, list[i]->name);
+            metrics_label(b, list[i]->name);
             sb_printf(b, "} %lld\n", v[g]);
         }
     }

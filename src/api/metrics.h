@@ -26,6 +26,11 @@ void metrics_request(api_metrics *m, const char *endpoint, int status);
 void metrics_generation(api_metrics *m, const char *model, int n_prompt, int n_cached, int n_gen,
                         double ttft_s, double total_s, double gen_s);
 
+/* model="NAME" with Prometheus' label escapes, and a metric's HELP and
+ * TYPE lines (for the other files that add to the exposition). */
+void metrics_label(strbuf *b, const char *name);
+void metrics_help(strbuf *b, const char *name, const char *type, const char *text);
+
 /* Appends the whole exposition to b. */
 void metrics_render(api_metrics *m, api_registry *reg, strbuf *b);
 

@@ -12,6 +12,7 @@
 #include "model/gguf.h"
 #include "model/model_size.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,8 +30,8 @@ static void log_progress(void *ud, const char *line)
  * snapshot, the caller's to free).  `warn`: log a --min-nodes the cluster
  * cannot meet. */
 static int place(const registry_config *cfg, const char *name, const model_hparams *hp,
-                 const model_sizes *ms, int n_ctx, int n_seq, bool warn, json_t **view,
-                 placement *pl)
+                 const model_sizes *ms, int n_ctx, int n_seq, const place_wish *wish, bool warn,
+                 json_t **view, placement *pl)
 {
     placement_node *nodes = NULL;
     double *links = NULL;
@@ -39,11 +40,29 @@ static int place(const registry_config *cfg, const char *name, const model_hpara
         return rc_fail(RC_ENOMEM, "out of memory");
     if ((rc = placement_nodes_from_view(*view, &nodes, &n, &links)))
         return rc;
-    if (links)
+    /* only the nodes asked for (by id or name), those of them that are up */
+    if (wish && wish->n_nodes > 0) {
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            bool asked = false;
+            for (int j = 0; j < wish->n_nodes && !asked; j++)
+                asked = !strcmp(nodes[i].id, wish->nodes[j]) ||
+                        !strcmp(nodes[i].name, wish->nodes[j]);
+            if (asked)
+                nodes[k++] = nodes[i];
+        }
+        n = k;
+        if (!n) {
+            rc_free(nodes);
+            rc_free(links);
+            return rc_fail(RC_EINVAL, "none of the nodes asked for %s is up", name);
+        }
+    }
+    if (links)          /* for the nodes kept: [n * n] fits in what was made for all */
         placement_links_from_view(*view, nodes, n, hp->n_embd, links);
     /* min_nodes is a wish (benchmarks, tests): with fewer nodes up, as
      * many as there are, so a model still runs after a node is lost. */
-    int min_nodes = cfg->min_nodes;
+    int min_nodes = wish && wish->min_nodes > 0 ? wish->min_nodes : cfg->min_nodes;
     if (min_nodes > n) {
         if (warn)
             rc_log(LOG_WARN, "model %s: --min-nodes %d but %d node%s up", name, min_nodes, n,
@@ -52,39 +71,86 @@ static int place(const registry_config *cfg, const char *name, const model_hpara
     }
     /* an embedding model is split by layers: the shards' last stage does
      * not pool */
+    int split = wish && wish->split ? wish->split
+              : cfg->split_auto ? PLACE_SPLIT_AUTO : cfg->split_tensor ? PLACE_SPLIT_TENSOR
+              : PLACE_SPLIT_LAYERS;
     placement_opts o = { .n_ctx = n_ctx, .n_seq = n_seq, .min_nodes = min_nodes,
-                         .tensor = cfg->split_tensor && !hp->pooling,
-                         .auto_split = cfg->split_auto && !hp->pooling };
+                         .tensor = split == PLACE_SPLIT_TENSOR && !hp->pooling,
+                         .auto_split = split == PLACE_SPLIT_AUTO && !hp->pooling };
     rc = placement_make(ms, nodes, n, links, &o, pl);
     rc_free(nodes);
     rc_free(links);
     return rc;
 }
 
+/* Places the model of the file at `path` as it would be placed now for
+ * the configured context (capped at the model's) under `wish`.  *f, *ms and
+ * *view are the caller's to free, also after an error. */
+static int place_file(const registry_config *cfg, const char *name, const char *path,
+                      const place_wish *wish, gguf_file **f, model_sizes *ms, json_t **view,
+                      placement *pl)
+{
+    model_hparams hp;
+    memset(ms, 0, sizeof *ms);
+    *f = NULL;
+    *view = NULL;
+    int rc = gguf_open_meta(path, f);
+    if (!rc)
+        rc = model_read_hparams(*f, &hp);
+    if (!rc)
+        rc = model_sizes_read(*f, ms);
+    if (!rc)
+        rc = model_sizes_set_kv_type(ms, cfg->engine.kv_type);
+    if (rc)
+        return rc;
+    int n_ctx = cfg->engine.n_ctx;
+    if (hp.n_ctx_train > 0 && n_ctx > hp.n_ctx_train)
+        n_ctx = hp.n_ctx_train;
+    return place(cfg, name, &hp, ms, n_ctx, cfg->engine.n_seq, wish, false, view, pl);
+}
+
 bool placed_runs_here(const registry_config *cfg, const char *name, const char *path)
 {
     if (!cfg->cluster)
         return true;
-    gguf_file *f = NULL;
-    model_hparams hp;
+    gguf_file *f;
     model_sizes ms;
-    memset(&ms, 0, sizeof ms);
-    json_t *view = NULL;
+    json_t *view;
     placement pl;
     bool here = true;            /* a file it cannot read: the load says why */
-    if (!gguf_open_meta(path, &f) && !model_read_hparams(f, &hp) && !model_sizes_read(f, &ms) &&
-        !model_sizes_set_kv_type(&ms, cfg->engine.kv_type)) {
-        int n_ctx = cfg->engine.n_ctx;
-        if (hp.n_ctx_train > 0 && n_ctx > hp.n_ctx_train)
-            n_ctx = hp.n_ctx_train;
-        if (!place(cfg, name, &hp, &ms, n_ctx, cfg->engine.n_seq, false, &view, &pl))
-            here = pl.fits && pl.n_stages == 1 &&
-                   !strcmp(pl.stage[0].id, cluster_self_id(cfg->cluster));
-    }
+    if (!place_file(cfg, name, path, NULL, &f, &ms, &view, &pl))
+        here = pl.fits && pl.n_stages == 1 &&
+               !strcmp(pl.stage[0].id, cluster_self_id(cfg->cluster));
     json_decref(view);
     model_sizes_free(&ms);
     gguf_close(f);
     return here;
+}
+
+int placed_preview(const registry_config *cfg, const api_model *m, const place_wish *wish,
+                   json_t **plan)
+{
+    *plan = NULL;
+    if (!cfg->cluster)
+        return rc_fail(RC_ESTATE, "this node runs without a cluster: %s would run here", m->name);
+    if (m->remote)
+        return rc_fail(RC_ESTATE, "%s is a file of another node: its plan is known once this "
+                       "node has pulled its header (start it, or preview it on that node)",
+                       m->name);
+    gguf_file *f;
+    model_sizes ms;
+    json_t *view;
+    placement pl;
+    int rc = place_file(cfg, m->name, m->path, wish, &f, &ms, &view, &pl);
+    if (!rc && !(*plan = placement_to_json(&pl, &ms)))
+        rc = rc_fail(RC_ENOMEM, "out of memory");
+    if (!rc)
+        json_object_set_new(*plan, "runs_here", json_boolean(
+            pl.fits && pl.n_stages == 1 && !strcmp(pl.stage[0].id, cluster_self_id(cfg->cluster))));
+    json_decref(view);
+    model_sizes_free(&ms);
+    gguf_close(f);
+    return rc;
 }
 
 /* A pipeline (or tensor-parallel instance) for model m on the placement pl,
@@ -135,7 +201,8 @@ static int place_now(const registry_config *cfg, api_model *m, const model_hpara
     int rc = model_sizes_read(m->lm.file, &ms);
     if (!rc)
         rc = model_sizes_set_kv_type(&ms, m->ep.kv_type);
-    if (rc || (rc = place(cfg, m->name, hp, &ms, m->ep.n_ctx, m->ep.n_seq, warn, &view, pl)))
+    if (rc || (rc = place(cfg, m->name, hp, &ms, m->ep.n_ctx, m->ep.n_seq, &m->wish, warn,
+                          &view, pl)))
         goto out;
     *plan = placement_to_json(pl, &ms);
     if (!pl->fits) {

@@ -18,6 +18,14 @@
  * *plan gets the placement as JSON in every case it was made. */
 int placed_engine(const registry_config *cfg, api_model *m, engine **eng, json_t **plan);
 
+/* Places model m as it would be placed now under `wish` (NULL: as
+ * configured), without starting anything: *plan gets placement_to_json's
+ * object (fits or not, stages, tokens_per_s, advice) and "runs_here".
+ * RC_ESTATE without a cluster or for a file only another node has; the
+ * file's errors otherwise. */
+int placed_preview(const registry_config *cfg, const api_model *m, const place_wish *wish,
+                   json_t **plan);
+
 /* Whether model `name` (the file at path) would run on this node alone if it
  * were placed now (true without a cluster, and for a file it cannot read:
  * loading it here says why). */

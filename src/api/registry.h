@@ -30,12 +30,25 @@
 
 #include <jansson.h>
 
+#include "cost.h"
 #include "infer/engine.h"
 #include "infer/lm.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 
 enum model_state { MODEL_AVAILABLE, MODEL_LOADING, MODEL_READY, MODEL_FAILED };
+
+/* How one instance is to be placed, asked with POST /v1/instances (the
+ * dashboard's start form); zeros: as the node was configured. */
+enum { PLACE_SPLIT_CONFIG, PLACE_SPLIT_LAYERS, PLACE_SPLIT_TENSOR, PLACE_SPLIT_AUTO };
+#define PLACE_WISH_NODES 16
+typedef struct {
+    int min_nodes;             /* at least this many nodes (0: --min-nodes) */
+    int split;                 /* PLACE_SPLIT_* */
+    int n_nodes;               /* > 0: only these nodes (ids or names), those up; also when
+                                  the instance is placed again after losing one */
+    char nodes[PLACE_WISH_NODES][65];
+} place_wish;
 
 typedef struct api_model {
     char *name;                /* file name without .gguf */
@@ -64,6 +77,9 @@ typedef struct api_model {
     engine *eng;
     engine_params ep;
     json_t *plan;              /* where it runs (placement), when in a cluster */
+    cost_rate rate;            /* token counters once a second (power.c, event loop) */
+    place_wish wish;           /* set before a load starts (event-loop thread), read by
+                                  its loader and by rebuilds after a lost node */
     bool replacing;            /* a broken pipeline is being placed again */
     bool remote;               /* known from another node: pulled on load (path names
                                   the node; local_path is the copy) */

@@ -21,6 +21,8 @@
 #include "base/os.h"
 #include "cluster/cluster.h"
 #include "cluster/pipeline.h"
+#include "cluster/placement.h"
+#include "placed.h"
 #include "tensor/kv_types.h"
 
 #include <errno.h>
@@ -60,6 +62,8 @@ void api_config_default(api_config *c)
     c->max_body_bytes = (size_t)8 << 20;
     c->timeout_s = 30;
     c->cache_type = KV_TYPE_DEFAULT;
+    c->price_kwh = -1;
+    c->cloud_price = -1;
 }
 
 bool srv_is_ollama_path(const char *path)
@@ -217,6 +221,7 @@ static int metrics(api_server *s, struct evhttp_request *req)
 {
     strbuf b = { 0 };
     metrics_render(s->metrics, s->reg, &b);
+    srv_cost_metrics(s, &b);
     if (sb_failed(&b)) {
         sb_free(&b);
         http_reply_json(s, req, 500, NULL, NULL, NULL);
@@ -254,51 +259,89 @@ static void publish_serving(api_server *s)
     rc_free(list);
 }
 
+/* Model m (in state st) as /v1/cluster lists it: file, state, and when it
+ * runs its load, counters, recoveries, plan and cost (view: the cluster's,
+ * or NULL). */
+static json_t *model_json(api_server *s, api_model *m, int st, const json_t *view)
+{
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "name", m->name, "path", m->path,
+                          "size_bytes", (json_int_t)m->size_bytes, "state", state_name(st));
+    if (!o || st != MODEL_READY)
+        return o;
+    engine_stats es;
+    engine_get_stats(m->eng, &es);
+    json_t *e = json_pack("{s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I}",
+                          "parallel", m->ep.n_seq, "ctx_size", m->ep.n_ctx,
+                          "cache_type", kv_type_name(m->ep.kv_type),
+                          "threads", m->ep.n_threads, "active", es.n_active,
+                          "queued", es.n_queued, "kv_used", es.kv_used,
+                          "kv_total", es.kv_total, "tokens_prompt",
+                          (json_int_t)es.tokens_prompt, "tokens_cached",
+                          (json_int_t)es.tokens_cached, "tokens_generated",
+                          (json_int_t)es.tokens_gen);
+    json_object_update(o, e);
+    json_decref(e);
+    /* instances rebuilt after a node was lost (engine_set_rebuild) */
+    json_t *rec = json_pack("{s:i, s:i, s:I}", "count", es.n_recoveries, "failed",
+                            es.n_recoveries_failed, "tokens_replayed",
+                            (json_int_t)es.tokens_replayed);
+    if (rec && es.last_recovery_at > 0)
+        json_object_set_new(rec, "last",
+                            json_pack("{s:f, s:f, s:i, s:s}", "at", es.last_recovery_at,
+                                      "seconds", es.last_recovery_s, "sequences",
+                                      es.last_recovery_seqs, "why", es.last_recovery_why));
+    json_object_set_new(o, "recoveries", rec);
+    json_t *plan = model_plan(m);
+    json_object_set_new(o, "cost", srv_model_cost(s, m, plan, view));
+    if (plan)
+        json_object_set_new(o, "plan", plan);
+    return o;
+}
+
+void srv_publish_instances(api_server *s)
+{
+    if (!s->cfg.cluster)
+        return;
+    json_t *view = cluster_snapshot(s->cfg.cluster);
+    json_t *all = json_array(), *stable = json_array();
+    int n = 0;
+    api_model **list = registry_list(s->reg, &n);
+    for (int i = 0; list && i < n; i++) {
+        if (registry_state(s->reg, list[i], NULL, 0) != MODEL_READY)
+            continue;
+        json_t *o = model_json(s, list[i], MODEL_READY, view);
+        if (!o)
+            continue;
+        json_object_del(o, "path");           /* this machine's business */
+        /* what others must see at once: which instances run where */
+        json_array_append_new(stable, json_pack("{s:s, s:O?}", "name", list[i]->name, "stages",
+                                                json_object_get(json_object_get(o, "plan"),
+                                                                "stages")));
+        json_array_append_new(all, o);
+    }
+    rc_free(list);
+    if (all && stable)
+        cluster_set_published(s->cfg.cluster, "instances", all, stable);
+    json_decref(all);
+    json_decref(stable);
+    json_decref(view);
+}
+
 /* This node's state; with a cluster, also the cluster's view (self,
  * leader, quorum, nodes, links...: every node answers the same). */
 static int cluster(api_server *s, struct evhttp_request *req)
 {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
+    if (s->cfg.cluster)
+        publish_serving(s);
+    json_t *view = s->cfg.cluster ? cluster_snapshot(s->cfg.cluster) : NULL;
     json_t *models = json_array();
     int n = 0;
     api_model **list = registry_list(s->reg, &n);
-    for (int i = 0; i < n; i++) {
-        api_model *m = list[i];
-        int st = registry_state(s->reg, m, NULL, 0);
-        json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "name", m->name, "path", m->path,
-                              "size_bytes", (json_int_t)m->size_bytes, "state", state_name(st));
-        if (o && st == MODEL_READY) {
-            engine_stats es;
-            engine_get_stats(m->eng, &es);
-            json_t *e = json_pack("{s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I}",
-                                  "parallel", m->ep.n_seq, "ctx_size", m->ep.n_ctx,
-                                  "cache_type", kv_type_name(m->ep.kv_type),
-                                  "threads", m->ep.n_threads, "active", es.n_active,
-                                  "queued", es.n_queued, "kv_used", es.kv_used,
-                                  "kv_total", es.kv_total, "tokens_prompt",
-                                  (json_int_t)es.tokens_prompt, "tokens_cached",
-                                  (json_int_t)es.tokens_cached, "tokens_generated",
-                                  (json_int_t)es.tokens_gen);
-            json_object_update(o, e);
-            json_decref(e);
-            /* instances rebuilt after a node was lost (engine_set_rebuild) */
-            json_t *rec = json_pack("{s:i, s:i, s:I}", "count", es.n_recoveries, "failed",
-                                    es.n_recoveries_failed, "tokens_replayed",
-                                    (json_int_t)es.tokens_replayed);
-            if (rec && es.last_recovery_at > 0)
-                json_object_set_new(rec, "last",
-                                    json_pack("{s:f, s:f, s:i, s:s}", "at", es.last_recovery_at,
-                                              "seconds", es.last_recovery_s, "sequences",
-                                              es.last_recovery_seqs, "why",
-                                              es.last_recovery_why));
-            json_object_set_new(o, "recoveries", rec);
-        }
-        json_t *plan = o && st == MODEL_READY ? model_plan(m) : NULL;
-        if (plan)
-            json_object_set_new(o, "plan", plan);
-        json_array_append_new(models, o);
-    }
+    for (int i = 0; i < n; i++)
+        json_array_append_new(models, model_json(s, list[i], registry_state(s->reg, list[i],
+                                                                             NULL, 0), view));
     rc_free(list);
     char listen[300];
     snprintf(listen, sizeof listen, "%s:%d", s->cfg.host, s->port);
@@ -312,25 +355,76 @@ static int cluster(api_server *s, struct evhttp_request *req)
         "rss_bytes", (json_int_t)os_current_rss_bytes(),
         "models", models,
         "cluster", "mode", "standalone", "peers");
+    if (body)
+        json_object_set_new(body, "cost", srv_cost_basis(s));
     if (body && s->cfg.cluster) {
-        publish_serving(s);
-        json_t *view = cluster_snapshot(s->cfg.cluster);
         if (view) {
             json_object_update(body, view);
-            json_decref(view);
             json_object_set_new(body, "cluster", json_pack("{s:s}", "mode", "cluster"));
         }
         if (s->cfg.pipeline)
             json_object_set_new(body, "pipelines", pipeline_status(s->cfg.pipeline));
     }
+    json_decref(view);
     http_reply_json(s, req, 200, body, NULL, NULL);
     return 200;
 }
 
-/* POST /v1/instances {"model"}: starts a model (placing it on the cluster)
- * without waiting for a request; 202 while it loads, 200 when ready (with
- * its plan).  POST /v1/instances/stop {"model"}: stops it (409 while it
- * runs requests). */
+/* The placement wishes of a POST /v1/instances body: "split" ("layers",
+ * "tensor", "auto"), "min_nodes" (1-PLACEMENT_MAX_STAGES) and "nodes" (ids
+ * or names, at most PLACE_WISH_NODES); false with e set when one is
+ * malformed. */
+static bool parse_wish(const json_t *o, place_wish *w, api_error *e)
+{
+    static const char *const splits[] = { "layers", "tensor", "auto" };
+    memset(w, 0, sizeof *w);
+    const json_t *split = json_object_get(o, "split"), *k = json_object_get(o, "min_nodes");
+    const json_t *nodes = json_object_get(o, "nodes"), *node;
+    size_t at;
+    if (nodes && !json_is_null(nodes)) {
+        if (!json_is_array(nodes) || json_array_size(nodes) > PLACE_WISH_NODES) {
+            api_fail(e, 400, "invalid_value", "nodes", "nodes must be a list of at most %d "
+                     "node ids or names", PLACE_WISH_NODES);
+            return false;
+        }
+        json_array_foreach(nodes, at, node) {
+            const char *id = json_string_value(node);
+            if (!id || !*id || strlen(id) >= sizeof w->nodes[0]) {
+                api_fail(e, 400, "invalid_value", "nodes", "nodes[%zu] is not a node id or "
+                         "name", at);
+                return false;
+            }
+            snprintf(w->nodes[w->n_nodes++], sizeof w->nodes[0], "%s", id);
+        }
+    }
+    if (split && !json_is_null(split)) {
+        const char *v = json_string_value(split);
+        for (int i = 0; v && i < 3; i++)
+            if (!strcmp(v, splits[i]))
+                w->split = PLACE_SPLIT_LAYERS + i;
+        if (!w->split) {
+            api_fail(e, 400, "invalid_value", "split", "split must be \"layers\", \"tensor\" "
+                     "or \"auto\"");
+            return false;
+        }
+    }
+    if (k && !json_is_null(k)) {
+        if (!json_is_integer(k) || json_integer_value(k) < 1 ||
+            json_integer_value(k) > PLACEMENT_MAX_STAGES) {
+            api_fail(e, 400, "invalid_value", "min_nodes", "min_nodes must be an integer from "
+                     "1 to %d", PLACEMENT_MAX_STAGES);
+            return false;
+        }
+        w->min_nodes = (int)json_integer_value(k);
+    }
+    return true;
+}
+
+/* POST /v1/instances {"model", "split", "min_nodes"}: starts a model
+ * (placing it on the cluster) without waiting for a request; 202 while it
+ * loads, 200 when ready (with its plan).  With "dry_run": true, only the
+ * plan it would get now (200 {"model", "plan"}).  POST /v1/instances/stop
+ * {"model"}: stops it (409 while it runs requests). */
 static int instances(api_server *s, struct evhttp_request *req, bool stop, const char *body,
                      size_t len)
 {
@@ -338,11 +432,28 @@ static int instances(api_server *s, struct evhttp_request *req, bool stop, const
     json_t *o = json_loadb(body ? body : "", len, 0, NULL);
     const char *name = json_string_value(json_object_get(o, "model"));
     api_model *m = name ? registry_find(s->reg, name) : NULL;
+    place_wish wish;
     int status;
-    if (!name) {
+    if (!o || !json_is_object(o)) {
+        api_fail(&e, 400, "invalid_json", NULL, "the body must be a JSON object");
+    } else if (!name) {
         api_fail(&e, 400, "missing_field", "model", "model is required");
     } else if (!m) {
         api_fail(&e, 404, "model_not_found", "model", "model '%.200s' not found", name);
+    } else if (!stop && !parse_wish(o, &wish, &e)) {
+        /* e set */
+    } else if (!stop && json_is_true(json_object_get(o, "dry_run"))) {
+        json_t *plan = NULL;
+        int rc = placed_preview(registry_get_config(s->reg), m, &wish, &plan);
+        if (rc) {
+            api_fail(&e, rc == RC_ESTATE ? 409 : rc == RC_EINVAL ? 400 : 500, "preview_failed",
+                     "model", "%s", rc_errmsg());
+        } else {
+            json_decref(o);
+            http_reply_json(s, req, 200, json_pack("{s:s, s:o}", "model", m->name, "plan", plan),
+                            NULL, NULL);
+            return 200;
+        }
     } else if (stop) {
         if (registry_unload(s->reg, m)) {
             api_fail(&e, 409, "model_busy", "model", "%s", rc_errmsg());
@@ -354,6 +465,9 @@ static int instances(api_server *s, struct evhttp_request *req, bool stop, const
         }
     } else {
         char err[512] = "";
+        int st0 = registry_state(s->reg, m, NULL, 0);
+        if (st0 == MODEL_AVAILABLE || st0 == MODEL_FAILED)
+            m->wish = wish;              /* read by the loader registry_load starts */
         registry_load(s->reg, m);
         int st = registry_state(s->reg, m, err, sizeof err);
         status = st == MODEL_READY ? 200 : st == MODEL_FAILED ? 500 : 202;
@@ -403,7 +517,6 @@ static const route routes[] = {
     { "/api/ps",              EVHTTP_REQ_GET,  -1 },
     { "/health",              EVHTTP_REQ_GET,  -1 },
     { "/metrics",             EVHTTP_REQ_GET,  -1 },
-    { "/",                    EVHTTP_REQ_GET,  -1 },
 };
 
 static const char *method_name(int m)
@@ -472,12 +585,18 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
     bool internal = fwd_internal(s, req, path, local);
     if (internal)           /* admitted by forward.c with one of this node's keys */
         snprintf(key_id, sizeof key_id, "%s", fwd_key_id(req) ? fwd_key_id(req) : "");
-    else if (strcmp(path, "/health") && check_key(s, req, key_id, sizeof key_id)) {
+    else if (strcmp(path, "/health") && !dashboard_path(path) &&
+             check_key(s, req, key_id, sizeof key_id)) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
         status = reply_err(s, req, path, 401, "invalid_api_key", "%s",
                            "a valid API key is required: send 'Authorization: Bearer <key>' "
                            "(or 'x-api-key: <key>')");
         log_request(s, req, method_name(method), path, status, NULL);
+        return;
+    }
+    if (dashboard_path(path)) {
+        status = dashboard_serve(s, req, path, method);
+        log_request(s, req, method_name(method), path, status, key_id);
         return;
     }
     if (!strncmp(path, "/v1/cluster/", 12)) {
@@ -552,10 +671,6 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
             return;
         status = ollama_show(s, req, data, len);
     }
-    else {
-        static const char msg[] = "racimo is running";
-        http_reply_text(s, req, 200, "text/plain; charset=utf-8", msg, sizeof msg - 1);
-    }
     log_request(s, req, method_name(method), r->path, status, key_id);
 }
 
@@ -577,6 +692,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     job_tick(s);
     fwd_tick(s);
     publish_serving(s);
+    srv_power_tick(s);
     registry_unload_idle(s->reg, s->cfg.idle_unload_s);
     registry_retry_lost(s->reg);
 }
@@ -635,6 +751,7 @@ int api_server_new(const api_config *cfg, api_server **out)
         return rc_fail(RC_ENOMEM, "out of memory");
     s->cfg = *cfg;
     s->t_start_ns = os_now_ns();
+    srv_power_init(s);
     s->id_state = s->t_start_ns ^ ((uint64_t)getpid() << 32);
     pthread_mutex_init(&s->mail_mu, NULL);
     int rc = 0;

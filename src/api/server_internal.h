@@ -13,6 +13,8 @@
  *   ollama.c    /api/... handlers and Ollama response objects
  *   anthropic.c /v1/messages: Anthropic's message objects, events and errors
  *   cluster_admin.c  removing a node, rotating the cluster key
+ *   dashboard.c the web dashboard's built-in files (/ and /ui/...)
+ *   power.c     this node's power, the cost of its models' tokens
  *   forward.c   requests forwarded between nodes (and their API-key proofs)
  *   tls.c       HTTPS: OpenSSL contexts and bufferevents
  *
@@ -40,6 +42,7 @@
 #include "reasoning.h"
 #include "registry.h"
 #include "request.h"
+#include "base/power.h"
 #include "infer/stop.h"
 
 typedef struct api_job api_job;
@@ -68,6 +71,10 @@ struct api_server {
     /* every live job (event-loop thread) */
     api_job *jobs;
     struct fwd_side *fwd;           /* requests forwarded to or from other nodes */
+    /* power.c (event-loop thread) */
+    power_meter meter;
+    double watts;                   /* this node's power now, < 0: unknown */
+    uint64_t next_power_ns;
 };
 
 /* A logprobs record of one generated token. */
@@ -155,6 +162,31 @@ bool srv_is_anthropic_path(const char *path);     /* /v1/messages... (a query ma
 const char *srv_bearer(struct evhttp_request *req);
 /* The connection's peer as "ADDRESS:PORT" ("?" when unknown). */
 void srv_peer(struct evhttp_request *req, char *out, size_t cap);
+
+/* The instances this node heads (model, plan, load, tokens/s, cost), published
+ * to the cluster as "instances" of its STATE (once a second, from power.c). */
+void srv_publish_instances(api_server *s);
+
+/* ---- dashboard.c ---- */
+/* Whether path is one of the dashboard's ("/" or "/ui/..."): served without
+ * an API key, since the page carries no data. */
+bool dashboard_path(const char *path);
+/* Answers req with the file (200, or 304 when If-None-Match names its
+ * ETag), 404 for an unknown file, 405 for a method other than GET/HEAD;
+ * returns the status. */
+int dashboard_serve(api_server *s, struct evhttp_request *req, const char *path, int method);
+
+/* ---- power.c ---- */
+void srv_power_init(api_server *s);
+/* Once a second: this node's power, published; models' token counters. */
+void srv_power_tick(api_server *s);
+/* A running model's "cost" object (cost.h) for its plan (NULL: here alone)
+ * in the cluster view (NULL: standalone); a new reference. */
+json_t *srv_model_cost(api_server *s, api_model *m, const json_t *plan, const json_t *view);
+/* /v1/cluster's "cost": the prices, this node's power, how it is counted. */
+json_t *srv_cost_basis(api_server *s);
+/* The power and cost gauges of /metrics. */
+void srv_cost_metrics(api_server *s, strbuf *b);
 
 /* ---- cluster_admin.c ---- */
 /* POST /v1/cluster/nodes/{id}/remove and /v1/cluster/key/rotate (any path

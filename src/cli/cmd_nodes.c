@@ -1,6 +1,7 @@
 /* cmd_nodes.c - `racimo nodes`: the cluster as a running node sees it.
  * Asks a node's GET /v1/cluster (libevent's HTTP client) and prints the
- * nodes, links and leader as tables, or the JSON itself with --json. */
+ * nodes, links and leader as tables, or the JSON itself with --json, or the
+ * cost of a token with --cost. */
 #include "cli.h"
 #include "cli_http.h"
 #include "base/log.h"
@@ -16,7 +17,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: racimo nodes [--host H] [--port P] [--json] [--api-key KEY]\n"
+        "usage: racimo nodes [--host H] [--port P] [--json | --cost] [--api-key KEY]\n"
         "       racimo nodes remove ID [--host H] [--port P] [--api-key KEY]\n"
         "\n"
         "Lists the nodes of the cluster a running 'racimo serve' belongs to: id, name,\n"
@@ -32,6 +33,9 @@ static void usage(FILE *f)
         "  --host H        the node's HTTP address (default 127.0.0.1)\n"
         "  --port P        its HTTP port (default 8080)\n"
         "  --json          print the JSON of GET /v1/cluster instead of tables\n"
+        "  --cost          each node's power and prices, and what a token of each model\n"
+        "                  the node runs costs: energy per 1,000 tokens, cost per million\n"
+        "                  (racimo serve --watts, --price-kwh, --hw-price, --cloud-price)\n"
         "  --api-key KEY   when the node requires one (default $RACIMO_API_KEY)\n");
 }
 
@@ -169,6 +173,79 @@ static void print_tables(json_t *s)
         printf("THIS NODE WAS REMOVED from the cluster: the other nodes refuse it\n");
 }
 
+/* "%.*f" of a number, or "-" for null / absent. */
+static void fnum(json_t *v, int prec, char *out, size_t cap)
+{
+    if (json_is_number(v))
+        snprintf(out, cap, "%.*f", prec, json_number_value(v));
+    else
+        snprintf(out, cap, "-");
+}
+
+/* --cost: each node's power and prices, then the cost of each model the
+ * asked node runs (README, "What a token costs"). */
+static void print_cost(json_t *s)
+{
+    json_t *basis = json_object_get(s, "cost");
+    printf("%-10s %-16s %-5s %9s %-11s %10s %10s\n", "ID", "NAME", "STATE", "WATTS", "SOURCE",
+           "PRICE/kWh", "HW/HOUR");
+    size_t i;
+    json_t *n;
+    json_t *nodes = json_object_get(s, "nodes");
+    if (!json_is_array(nodes)) {         /* standalone: this node alone */
+        nodes = json_pack("[{s:s, s:s, s:s, s:O}]", "id", "-", "name",
+                          str(json_object_get(s, "node"), "hostname"), "state", "up", "power",
+                          json_object_get(basis, "power") ? json_object_get(basis, "power")
+                                                          : json_null());
+    } else {
+        json_incref(nodes);
+    }
+    json_array_foreach(nodes, i, n) {
+        json_t *p = json_object_get(n, "power");
+        char w[24], price[24], hw[24];
+        fnum(json_object_get(p, "watts"), 1, w, sizeof w);
+        fnum(json_object_get(p, "price_kwh"), 4, price, sizeof price);
+        fnum(json_object_get(p, "hw_per_hour"), 4, hw, sizeof hw);
+        printf("%-10.8s %-16.16s %-5s %9s %-11.11s %10s %10s\n", str(n, "id"),
+               log_clean(str(n, "name")), str(n, "state"), w, log_clean(str(p, "source")), price,
+               hw);
+    }
+    printf("\n%-24s %-24s %8s %8s %14s %12s %12s\n", "MODEL", "NODES", "WATTS", "TOK/s",
+           "Wh/1k TOKENS", "COST/1M TOK", "CLOUD/1M TOK");
+    json_t *m;
+    char cloud[24];
+    fnum(json_object_get(basis, "cloud_per_mtok"), 4, cloud, sizeof cloud);
+    int shown = 0;
+    json_array_foreach(json_object_get(s, "models"), i, m) {
+        json_t *c = json_object_get(m, "cost");
+        if (!c)
+            continue;
+        char on[200] = "", w[24], tps[24], wh[24], cost[24];
+        size_t j, used = 0;
+        json_t *id;
+        json_array_foreach(json_object_get(c, "nodes"), j, id) {
+            const char *nm = json_is_array(json_object_get(s, "nodes"))
+                             ? name_of(s, json_string_value(id) ? json_string_value(id) : "")
+                             : "this node";
+            int k = snprintf(on + used, sizeof on - used, "%s%s", used ? "," : "", nm);
+            if (k < 0 || (size_t)k >= sizeof on - used)
+                break;
+            used += (size_t)k;
+        }
+        fnum(json_object_get(c, "watts"), 1, w, sizeof w);
+        fnum(json_object_get(c, "tokens_per_s"), 1, tps, sizeof tps);
+        fnum(json_object_get(c, "wh_per_1k_tokens"), 3, wh, sizeof wh);
+        fnum(json_object_get(c, "cost_per_mtok"), 4, cost, sizeof cost);
+        printf("%-24.24s %-24.24s %8s %8s %14s %12s %12s\n", log_clean(str(m, "name")), on, w,
+               tps, wh, cost, cloud);
+        shown++;
+    }
+    if (!shown)
+        printf("(no model runs on the node asked)\n");
+    printf("\n%s\n", str(basis, "basis"));
+    json_decref(nodes);
+}
+
 static int remove_node(const char *url, const char *key, const char *id)
 {
     char path[200], why[500];
@@ -189,7 +266,7 @@ int cmd_nodes(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *key = getenv("RACIMO_API_KEY");
     long port = 8080;
-    bool as_json = false;
+    bool as_json = false, cost = false;
     const char *remove = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -201,6 +278,8 @@ int cmd_nodes(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--json")) {
             as_json = true;
+        } else if (!strcmp(a, "--cost")) {
+            cost = true;
         } else if (!strcmp(a, "--host") && v) {
             host = v;
             i++;
@@ -246,6 +325,9 @@ int cmd_nodes(int argc, char **argv)
         if (out)
             printf("%s\n", out);
         free(out);
+        rc = 0;
+    } else if (cost) {
+        print_cost(s);
         rc = 0;
     } else if (!json_is_array(json_object_get(s, "nodes"))) {
         fprintf(stderr, "racimo: nodes: the node at %s:%ld runs without a cluster\n", host, port);

@@ -55,6 +55,15 @@ static void usage(FILE *f)
         "  --idle-unload S         stop a model (and its pipeline) after S s without requests\n"
         "                          (default 0: never; POST /v1/instances/stop stops one now)\n"
         "\n"
+        "The cost of a token (README, 'What a token costs'; the dashboard at /, /metrics,\n"
+        "racimo nodes --cost):\n"
+        "  --watts W               this machine's power draw in watts (default: measured\n"
+        "                          from RAPL, /sys/class/powercap, where readable)\n"
+        "  --price-kwh P           electricity price per kWh (any currency)\n"
+        "  --hw-price P            what this machine cost, amortised over --hw-years\n"
+        "  --hw-years Y            years the hardware is written off over (default 3)\n"
+        "  --cloud-price P         a cloud API's price per million tokens, for comparison\n"
+        "\n"
         "Cluster (docs/cluster.md): every 'racimo serve' is a node.  The first node makes a\n"
         "cluster key and prints a join token ('racimo token' prints it again); nodes started\n"
         "with its token find each other on the local network (DNS-SD over multicast DNS)\n"
@@ -122,6 +131,18 @@ static int read_token_file(const char *path, char *out, size_t cap)
     if (rc)
         fprintf(stderr, "racimo: serve: --join-file: %s holds no token\n", path);
     return rc;
+}
+
+static int want_num(const char *opt, const char *v, double hi, double *out)
+{
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || end == v || *end || !(x >= 0 && x <= hi)) {
+        fprintf(stderr, "racimo: serve: %s wants a number from 0 to %g\n", opt, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }
 
 static int want_int(const char *opt, const char *v, long lo, long hi, long *out)
@@ -282,6 +303,16 @@ int cmd_serve(int argc, char **argv)
                 goto out;
             }
             cfg.wire_f32 = !strcmp(val, "f32");
+        } else if (!strcmp(a, "--watts")) {
+            if (want_num(a, val, 1e6, &cfg.watts)) goto out;
+        } else if (!strcmp(a, "--price-kwh")) {
+            if (want_num(a, val, 1e6, &cfg.price_kwh)) goto out;
+        } else if (!strcmp(a, "--hw-price")) {
+            if (want_num(a, val, 1e12, &cfg.hw_price)) goto out;
+        } else if (!strcmp(a, "--hw-years")) {
+            if (want_num(a, val, 100, &cfg.hw_years)) goto out;
+        } else if (!strcmp(a, "--cloud-price")) {
+            if (want_num(a, val, 1e9, &cfg.cloud_price)) goto out;
         } else if (!strcmp(a, "--down-after")) {
             if (want_int(a, val, 100, 600000, &v)) goto out;
             cc.down_after_ms = (int)v;
@@ -296,6 +327,8 @@ int cmd_serve(int argc, char **argv)
         if (takes)
             i++;
     }
+    if (cfg.hw_price > 0 && !(cfg.hw_years > 0))
+        cfg.hw_years = 3;
     cfg.model_paths = models;
     cfg.n_model_paths = n_models;
     cfg.api_keys = (const char *const *)keys;
@@ -395,6 +428,9 @@ int cmd_serve(int argc, char **argv)
             cfg.tls_cert ? "https" : "http", cfg.host,
             node_http_port(nd), n_models, n_models == 1 ? "" : "s",
             n_keys ? "API keys required" : "no API key required");
+    fprintf(stderr, "racimo: dashboard at %s://%s:%d/\n", cfg.tls_cert ? "https" : "http",
+            strcmp(cfg.host, "0.0.0.0") && strcmp(cfg.host, "::") ? cfg.host : "127.0.0.1",
+            node_http_port(nd));
     bool beyond = strcmp(cfg.host, "127.0.0.1") && strcmp(cfg.host, "localhost") &&
                   strcmp(cfg.host, "::1");
     if (beyond && !n_keys)

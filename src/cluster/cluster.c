@@ -215,7 +215,7 @@ json_t *cl__self_state(struct cluster *c)
     }
     char proto[16];
     snprintf(proto, sizeof proto, "%d.%d", c->major, c->minor);
-    return json_pack("{s:s, s:s, s:o, s:i, s:i, s:s, s:s, s:o, s:O, s:O, s:O, s:O, s:o, s:o}",
+    json_t *st = json_pack("{s:s, s:s, s:o, s:i, s:i, s:s, s:s, s:o, s:O, s:O, s:O, s:O, s:o, s:o}",
                      "id", self->id_hex, "name", c->name, "addresses", addr_json(&self->addrs),
                      "cluster_port", c->port, "http_port", c->cfg.http_port,
                      "version", VERSION_TEXT, "protocol", proto,
@@ -223,6 +223,12 @@ json_t *cl__self_state(struct cluster *c)
                      "models", c->models, "serving", c->serving,
                      "serving_free", c->serving_free, "serving_slots", c->serving_slots,
                      "peers", peers, "links", links);
+    const char *k;
+    json_t *v;
+    json_object_foreach(c->published, k, v)
+        if (st && !json_object_get(st, k))          /* never over the record's own keys */
+            json_object_set(st, k, v);
+    return st;
 }
 
 static void send_state(struct cluster *c, cl_conn *only)
@@ -1002,8 +1008,10 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
     c->serving = json_array();
     c->serving_free = json_object();
     c->serving_slots = json_object();
+    c->published = json_object();
+    c->published_stable = json_object();
     if (!(c->plain = rc_malloc(WIRE_FRAME_MAX)) || !c->models || !c->serving || !c->serving_free ||
-        !c->serving_slots) {
+        !c->serving_slots || !c->published || !c->published_stable) {
         r = rc_fail(RC_ENOMEM, "cluster");
         goto fail;
     }
@@ -1131,11 +1139,12 @@ json_t *cluster_snapshot(struct cluster *c)
             json_decref(info);
             continue;
         }
-        const char *copy[] = { "version", "protocol", "hardware", "models", "serving" };
+        const char *copy[] = { "version", "protocol", "hardware", "power", "models", "serving",
+                               "instances" };
         for (size_t j = 0; j < sizeof copy / sizeof copy[0]; j++) {
             json_t *v = json_object_get(info, copy[j]);
             json_object_set_new(o, copy[j], v ? json_deep_copy(v)
-                                              : j >= 3 ? json_array() : json_null());
+                                              : j >= 4 ? json_array() : json_null());
         }
         slots_capped(info, o);
         json_object_set_new(o, "down_for_ms", up ? json_null()
@@ -1271,6 +1280,29 @@ void cluster_set_serving(struct cluster *c, const char *const *names, const int 
     c->self_dirty = true;
     pthread_mutex_unlock(&c->mu);
     if (c->wake_ev)
+        event_active(c->wake_ev, 0, 0);
+}
+
+void cluster_set_published(struct cluster *c, const char *key, const json_t *value,
+                           const json_t *stable)
+{
+    json_t *v = value ? json_deep_copy(value) : NULL;
+    json_t *st = json_deep_copy(stable ? stable : value);
+    pthread_mutex_lock(&c->mu);
+    bool changed = !json_equal(json_object_get(c->published_stable, key), st) ||
+                   (json_object_get(c->published, key) == NULL) != (v == NULL);
+    if (v)
+        json_object_set_new(c->published, key, v);
+    else
+        json_object_del(c->published, key);
+    if (st)
+        json_object_set_new(c->published_stable, key, st);
+    else
+        json_object_del(c->published_stable, key);
+    if (changed)
+        c->self_dirty = true;
+    pthread_mutex_unlock(&c->mu);
+    if (changed && c->wake_ev)
         event_active(c->wake_ev, 0, 0);
 }
 
@@ -1520,6 +1552,8 @@ void cluster_free(struct cluster *c)
     json_decref(c->serving);
     json_decref(c->serving_free);
     json_decref(c->serving_slots);
+    json_decref(c->published);
+    json_decref(c->published_stable);
     rc_free(c->ro_dirs);
     rc_free(c->plain);
     if (c->mu_init)

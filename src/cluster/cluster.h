@@ -90,6 +90,7 @@ int cluster_start(struct cluster *c);
  *               "state":"up"|"down","self":bool,"down_for_ms":n|null,
  *               "version","protocol","hardware":{"cores","threads","simd","cpu",
  *               "mem_total","mem_free","mem_bandwidth","matmul_gflops"},
+ *               "power":{...} or null, "instances":[...] (cluster_set_published),
  *               "models":[{"name","size_bytes"}] (what it serves to peers,
  *               exports.h),"serving":[names],
  *               "serving_free":{name: free slots},
@@ -126,6 +127,18 @@ void cluster_set_http_port(struct cluster *c, int port);
 #define CLUSTER_SLOTS_MAX 256     /* racimo serve --parallel's bound */
 void cluster_set_serving(struct cluster *c, const char *const *names, const int *free_slots,
                          const int *slots, int n);
+
+/* Publishes `value` (copied; NULL: removes it) under `key` of this node's
+ * STATE, shown in the view's record of this node: "power" (this node's
+ * power and prices: {"watts" (W, null: unknown), "source" ("configured",
+ * "rapl", "unknown"), "price_kwh" (null: not set), "hw_per_hour"}) and
+ * "instances" (the instances this node heads: model, plan, load, tokens/s,
+ * cost).  A change of `stable` (the part others must learn at once; NULL:
+ * all of value) sends the STATE now; any other change rides on the STATE
+ * every node sends every 2 s, so figures that move all the time do not
+ * flood the links.  A key the record has already is never replaced. */
+void cluster_set_published(struct cluster *c, const char *key, const json_t *value,
+                           const json_t *stable);
 
 /* Whether this node's side sees a strict majority of the known membership
  * (the partition rule: only such a side may place or restart instances). */

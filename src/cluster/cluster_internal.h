@@ -214,6 +214,10 @@ struct cluster {
     json_t *serving;                          /* mu */
     json_t *serving_free;                     /* mu: {name: free sequence slots} */
     json_t *serving_slots;                    /* mu: {name: sequence slots} */
+    json_t *published;                        /* mu: {key: value} added to this node's
+                                                 STATE (cluster_set_published) */
+    json_t *published_stable;                 /* mu: {key: the part whose change is sent
+                                                 at once} */
     bool self_dirty;                          /* mu: send STATE now */
     uint64_t next_state_ns, next_scan_ns, next_mem_ns;
     uint64_t n_came_up;                       /* nodes that came up, ever (mu) */

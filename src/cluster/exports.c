@@ -9,7 +9,9 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "model/gguf.h"
 #include "model/ranges.h"
+#include "tensor/types.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -30,6 +32,8 @@ typedef struct {
     char path[PATH_MAX];
     int fd;                       /* -1: held back by the allow-list (not opened) */
     export_stat st;
+    char family[32];              /* general.architecture ("" when unreadable) */
+    char type[16];                /* the tensor type holding most of its bytes */
 } entry;
 
 struct exports {
@@ -138,17 +142,49 @@ static bool same_stat(const export_stat *a, const export_stat *b)
 
 /* A copy of the old entry's descriptor of `name` when it still describes
  * the same file (the old table stays whole until it is replaced). */
-static int take_old(exports *e, const char *name, const export_stat *now)
+static int take_old(exports *e, entry *x)
 {
     int fd = -1;
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n; i++)
-        if (e->e[i].fd >= 0 && !strcmp(e->e[i].name, name) && same_stat(&e->e[i].st, now)) {
+        if (e->e[i].fd >= 0 && !strcmp(e->e[i].name, x->name) && same_stat(&e->e[i].st, &x->st)) {
             fd = fcntl(e->e[i].fd, F_DUPFD_CLOEXEC, 0);
+            memcpy(x->family, e->e[i].family, sizeof x->family);
+            memcpy(x->type, e->e[i].type, sizeof x->type);
             break;
         }
     pthread_mutex_unlock(&e->mu);
     return fd;
+}
+
+/* What the file is, for people choosing a model (the dashboard's list):
+ * its architecture and the tensor type that holds most of its bytes
+ * (read from the head once, when the file is first listed).  Left empty
+ * for a file that does not parse: it is listed anyway, and loading it says
+ * what is wrong. */
+static void describe(entry *x)
+{
+    gguf_file *f = NULL;
+    if (gguf_open_meta(x->path, &f))
+        return;
+    gguf_str arch;
+    if (!gguf_get_str(f, "general.architecture", &arch)) {
+        size_t n = arch.len < sizeof x->family - 1 ? (size_t)arch.len : sizeof x->family - 1;
+        for (size_t i = 0; i < n; i++)       /* text from a file: printable ASCII only */
+            x->family[i] = arch.ptr[i] > 32 && arch.ptr[i] < 127 ? arch.ptr[i] : '?';
+        x->family[n] = 0;
+    }
+    uint64_t bytes[TT_COUNT] = { 0 };
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (f->tensors[i].type < TT_COUNT)
+            bytes[f->tensors[i].type] += f->tensors[i].size_bytes;
+    int best = -1;
+    for (int t = 0; t < TT_COUNT; t++)
+        if (bytes[t] && (best < 0 || bytes[t] > bytes[best]))
+            best = t;
+    if (best >= 0 && tensor_type_name(best))
+        snprintf(x->type, sizeof x->type, "%s", tensor_type_name(best));
+    gguf_close(f);
 }
 
 /* Was `name` held back by the last scan too (then it is not logged again)? */
@@ -192,7 +228,7 @@ static void scan_dir(exports *e, const char *dir, entry *v, int *n)
             v[(*n)++] = x;
             continue;
         }
-        if ((x.fd = take_old(e, x.name, &x.st)) < 0) {
+        if ((x.fd = take_old(e, &x)) < 0) {
             /* resolved here, once: later reads go through this descriptor,
              * whatever the name points to by then */
             x.fd = open(x.path, O_RDONLY | O_CLOEXEC);
@@ -203,6 +239,7 @@ static void scan_dir(exports *e, const char *dir, entry *v, int *n)
                 continue;
             }
             x.st = exports_stat(&st);
+            describe(&x);
         }
         v[(*n)++] = x;
     }
@@ -235,8 +272,10 @@ json_t *exports_scan(exports *e)
     }
     for (int i = 0; i < n; i++)
         if (v[i].fd >= 0)
-            json_array_append_new(arr, json_pack("{s:s, s:I}", "name", v[i].name, "size_bytes",
-                                                 (json_int_t)v[i].st.size));
+            json_array_append_new(arr, json_pack("{s:s, s:I, s:s*, s:s*}", "name", v[i].name,
+                                                 "size_bytes", (json_int_t)v[i].st.size,
+                                                 "family", v[i].family[0] ? v[i].family : NULL,
+                                                 "type", v[i].type[0] ? v[i].type : NULL));
     pthread_mutex_lock(&e->mu);
     entry *old = e->e;
     int n_old = e->n;

@@ -216,7 +216,7 @@ test('tools are rendered through the template; tool turns are accepted', async (
   } finally { await t.stop(); }
 });
 
-test('API keys: every endpoint but /health needs one; 401 in OpenAI form', async () => {
+test('API keys: every endpoint but /health and the dashboard needs one; 401 in OpenAI form', async () => {
   const keyFile = writeFile('keys.txt', '# keys\nsecond-key\n\nthird-key\n');
   const t = await startServer(['--api-key', 'first-key', '--api-key-file', keyFile]);
   try {
@@ -228,6 +228,7 @@ test('API keys: every endpoint but /health needs one; 401 in OpenAI form', async
       assert.equal(r.choices.length, 1);
     }
     assert.equal((await fetch(`${t.url}/health`)).status, 200);
+    assert.equal((await fetch(`${t.url}/`)).status, 200, 'the dashboard page asks for the key itself');
     for (const p of ['/metrics', '/v1/cluster', '/api/tags']) assert.equal((await fetch(`${t.url}${p}`)).status, 401, p);
     const o = await fetch(`${t.url}/api/tags`);
     assert.equal(typeof (await o.json()).error, 'string');
