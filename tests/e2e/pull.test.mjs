@@ -1,0 +1,217 @@
+// pull.test.mjs - `racimo pull` and POST /api/pull against a fake Hugging
+// Face Hub on loopback (fake_hub.mjs): tag choice, redirects to a CDN, a
+// gated repository, pages of the listing, a cut connection resumed, Ctrl-C
+// resumed, a wrong sha256, a full disk.  Every case ends with a verified
+// file or a clear error, and never a partial file in the models folder.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, existsSync, writeFileSync, statSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createHash } from 'node:crypto';
+import { BIN } from './helpers.mjs';
+import { startHub } from './fake_hub.mjs';
+
+const sha = (b) => createHash('sha256').update(b).digest('hex');
+let hub, work, q8, q4, big;
+const sigint = { pid: 0, sent: false };
+
+function model(type, extra = []) {
+  const p = join(work, `src-${type}-${extra.join('')}.gguf`);
+  execFileSync(BIN, ['make-model', '--preset', 'tiny', '--type', type, ...extra, '-o', p]);
+  return readFileSync(p);
+}
+
+before(async () => {
+  work = mkdtempSync(join(tmpdir(), 'racimo-pull-'));
+  q8 = model('Q8_0');
+  q4 = model('Q4_K_M');
+  big = model('F32', ['--layers', '4']);
+  const parts = [big.subarray(0, 400000), big.subarray(400000, 900000), big.subarray(900000)];
+  hub = await startHub({
+    repos: {
+      'org/tiny-GGUF': { files: { 'tiny-Q8_0.gguf': q8, 'tiny-Q4_K_M.gguf': q4, 'mmproj-tiny-Q8_0.gguf': q8.subarray(0, 1000) } },
+      'org/only': { files: { 'sub/only-F32.gguf': big } },
+      'org/gated': { token: 'hf_secret', files: { 'gated-Q8_0.gguf': q8 } },
+      'org/split': { files: Object.fromEntries(parts.map((p, i) => [`big-F32-0000${i + 1}-of-00003.gguf`, p])) },
+      'org/cut': { cutOnce: ['cut-Q8_0.gguf'], files: { 'cut-Q8_0.gguf': q8 } },
+      'org/wrong': { wrongSha: ['wrong-Q8_0.gguf'], files: { 'wrong-Q8_0.gguf': q8 } },
+      'org/full': { files: { 'full-F32.gguf': big }, onHalf: async () => fillDisk() },
+      'org/stop': { files: { 'stop-F32.gguf': big }, onHalf: async () => {
+        if (sigint.pid && !sigint.sent) process.kill(sigint.pid, 'SIGINT');
+        sigint.sent = true;
+        await new Promise((r) => setTimeout(r, 300));
+      } },
+    },
+  });
+});
+after(async () => { await hub.stop(); rmSync(work, { recursive: true, force: true }); });
+
+function pull(args, { env = {}, dir } = {}) {
+  return new Promise((ok) => {
+    const p = spawn(BIN, ['pull', ...args, '--models-dir', dir], {
+      env: { ...process.env, HF_ENDPOINT: hub.url, HF_TOKEN: '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', err = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { err += d; });
+    sigint.pid = p.pid;
+    p.on('exit', (code) => { sigint.pid = 0; ok({ code, out, err }); });
+  });
+}
+
+const newDir = () => mkdtempSync(join(work, 'models-'));
+// what a model scan sees: the .gguf files (the staging folder is hidden)
+const ggufs = (dir) => readdirSync(dir).filter((f) => f.endsWith('.gguf')).sort();
+const parts = (dir) => (existsSync(join(dir, '.partial')) ? readdirSync(join(dir, '.partial')) : []);
+
+test('a tag picks its file, case-insensitively, through the redirect to the CDN', async () => {
+  const dir = newDir();
+  const r = await pull(['hf.co/org/tiny-GGUF:q8_0'], { dir });
+  assert.equal(r.code, 0, r.err);
+  assert.equal(r.out.trim(), 'tiny-Q8_0');
+  assert.deepEqual(ggufs(dir), ['tiny-Q8_0.gguf']);
+  assert.ok(readFileSync(join(dir, 'tiny-Q8_0.gguf')).equals(q8));
+  assert.match(r.err, /sha256 verified/);
+  assert.ok(!existsSync(join(dir, '.partial')), 'the empty staging folder is removed');
+  // not on a terminal: plain lines, no carriage returns
+  assert.ok(!r.err.includes('\r'));
+  // a second pull finds it there
+  const again = await pull(['hf.co/org/tiny-GGUF:Q8_0'], { dir });
+  assert.equal(again.code, 0, again.err);
+  // and the served model is the file
+  const tok = execFileSync(BIN, ['tokenize', '-m', join(dir, 'tiny-Q8_0.gguf'), 'hello']).toString();
+  assert.ok(tok.trim().length > 0);
+});
+
+test('no tag: Q4_K_M; or the only model of the repository, in a folder', async () => {
+  const dir = newDir();
+  const r = await pull(['huggingface.co/org/tiny-GGUF'], { dir });
+  assert.equal(r.code, 0, r.err);
+  assert.deepEqual(ggufs(dir), ['tiny-Q4_K_M.gguf']);
+  assert.ok(readFileSync(join(dir, 'tiny-Q4_K_M.gguf')).equals(q4));
+  const only = await pull(['org/only'], { dir });
+  assert.equal(only.code, 0, only.err);
+  assert.ok(readFileSync(join(dir, 'only-F32.gguf')).equals(big));
+});
+
+test('unknown tags, repositories and names are clear errors', async () => {
+  const dir = newDir();
+  let r = await pull(['hf.co/org/tiny-GGUF:Q5_K'], { dir });
+  assert.equal(r.code, 1);
+  assert.match(r.err, /no GGUF file tagged Q5_K.*tiny-Q8_0\.gguf/);
+  r = await pull(['hf.co/org/missing'], { dir });
+  assert.equal(r.code, 1);
+  assert.match(r.err, /org\/missing not found/);
+  r = await pull(['llama3'], { dir });
+  assert.equal(r.code, 1);
+  assert.match(r.err, /not a Hugging Face repository/);
+  assert.deepEqual(ggufs(dir), []);
+});
+
+test('a gated repository needs a token; a wrong one is refused', async () => {
+  const dir = newDir();
+  let r = await pull(['hf.co/org/gated:Q8_0'], { dir });
+  assert.equal(r.code, 1);
+  assert.match(r.err, /gated or private.*HF_TOKEN or pass --token/);
+  r = await pull(['hf.co/org/gated:Q8_0', '--token', 'hf_wrong'], { dir });
+  assert.equal(r.code, 1);
+  assert.match(r.err, /token was refused/);
+  assert.deepEqual(ggufs(dir), []);
+  r = await pull(['hf.co/org/gated:Q8_0'], { dir, env: { HF_TOKEN: 'hf_secret' } });
+  assert.equal(r.code, 0, r.err);
+  assert.ok(readFileSync(join(dir, 'gated-Q8_0.gguf')).equals(q8));
+});
+
+test('a split model comes whole, every part verified', async () => {
+  const dir = newDir();
+  const r = await pull(['org/split', '--file', 'big-F32-00002-of-00003.gguf'], { dir });
+  assert.equal(r.code, 0, r.err);
+  assert.deepEqual(ggufs(dir), ['big-F32-00001-of-00003.gguf', 'big-F32-00002-of-00003.gguf', 'big-F32-00003-of-00003.gguf']);
+  const joined = Buffer.concat(ggufs(dir).map((f) => readFileSync(join(dir, f))));
+  assert.ok(joined.equals(big));
+});
+
+test('a connection cut mid-file is resumed with a range request', async () => {
+  const dir = newDir();
+  const before = hub.log.length;
+  const r = await pull(['hf.co/org/cut:Q8_0'], { dir });
+  assert.equal(r.code, 0, r.err);
+  assert.ok(readFileSync(join(dir, 'cut-Q8_0.gguf')).equals(q8));
+  const served = hub.log.slice(before).filter((l) => l.file === 'cut-Q8_0.gguf');
+  assert.equal(served.length, 2, JSON.stringify(served));
+  assert.equal(served[0].start, 0);
+  assert.equal(served[1].start, served[0].end, 'the second request starts where the cut was');
+  assert.equal(served[1].end, q8.length);
+});
+
+test('Ctrl-C keeps a part that the next pull resumes', async () => {
+  const dir = newDir();
+  const before = hub.log.length;
+  const r = await pull(['hf.co/org/stop'], { dir });
+  assert.notEqual(r.code, 0);
+  assert.match(r.err, /cancelled; the partial download is kept/);
+  assert.deepEqual(ggufs(dir), []);
+  assert.deepEqual(parts(dir), ['stop-F32.gguf.part']);
+  const kept = statSync(join(dir, '.partial', 'stop-F32.gguf.part')).size;
+  assert.ok(kept > 0 && kept < big.length, `${kept}`);
+  const r2 = await pull(['hf.co/org/stop'], { dir });
+  assert.equal(r2.code, 0, r2.err);
+  assert.ok(readFileSync(join(dir, 'stop-F32.gguf')).equals(big));
+  assert.deepEqual(parts(dir), []);
+  const resumed = hub.log.slice(before).filter((l) => l.file === 'stop-F32.gguf' && l.start > 0);
+  assert.deepEqual(resumed, [{ file: 'stop-F32.gguf', start: kept, end: big.length }]);
+});
+
+test('a wrong sha256 deletes the part and says so', async () => {
+  const dir = newDir();
+  const r = await pull(['hf.co/org/wrong:Q8_0'], { dir });
+  assert.equal(r.code, 1);
+  assert.match(r.err, /sha256 mismatch.*partial download was deleted/);
+  assert.deepEqual(ggufs(dir), []);
+  assert.deepEqual(parts(dir), []);
+});
+
+// A small tmpfs as the models folder, in a private mount namespace (root);
+// the script finds it in $d and starts by printing "dir $d".
+function inTmpfs(sizeMiB, script) {
+  return new Promise((ok) => {
+    const p = spawn('unshare', ['-m', 'sh', '-c',
+      `set -e; d=$(mktemp -d); mount -t tmpfs -o size=${sizeMiB}m tmpfs "$d"; echo "dir $d"; ${script}`],
+    { env: { ...process.env, HF_ENDPOINT: hub.url, HF_TOKEN: '', RACIMO: BIN }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '', stderr = '';
+    p.stdout.on('data', (d) => {
+      stdout += d;
+      const m = /^dir (\S+)$/m.exec(stdout);
+      if (m) full.where = `/proc/${p.pid}/root${m[1]}`;
+    });
+    p.stderr.on('data', (d) => { stderr += d; });
+    p.on('exit', (code) => { full.where = null; ok({ code, stdout, stderr }); });
+  });
+}
+
+// The repository whose transfer stops at half while the test fills the
+// disk of the pulling process (seen through /proc/PID/root).
+const full = { where: null };
+function fillDisk() {
+  if (!full.where) return;
+  const chunk = Buffer.alloc(1 << 20, 1);
+  try {
+    for (let i = 0; i < 4096; i++) writeFileSync(join(full.where, 'filler'), chunk, { flag: 'a' });
+  } catch (e) {
+    if (e.code !== 'ENOSPC') throw e;
+  }
+}
+
+test('a disk without room: refused before, or cut by ENOSPC, no partial file', { skip: process.getuid() !== 0 && 'needs root (a tmpfs in a mount namespace)' }, async () => {
+  // too small for the file and the margin: refused before any byte
+  let r = await inTmpfs(8, '"$RACIMO" pull hf.co/org/tiny-GGUF:Q8_0 --models-dir "$d" || echo "exit $?"; ls -A "$d"');
+  assert.match(r.stderr, /not enough free space/);
+  assert.match(r.stdout, /exit 1/);
+  assert.doesNotMatch(r.stdout, /gguf|partial/);
+  // room at the start, then something else fills the disk mid-file
+  r = await inTmpfs(80, '"$RACIMO" pull hf.co/org/full --models-dir "$d" || echo "exit $?"; ls -A "$d"; ls -A "$d/.partial" 2>/dev/null || true');
+  assert.match(r.stderr, /no space left on the disk/);
+  assert.match(r.stdout, /exit 1/);
+  assert.doesNotMatch(r.stdout, /gguf/, 'neither the file nor a part remains');
+});
