@@ -185,6 +185,11 @@ static void add_cluster_models(api_registry *r)
     json_decref(view);
 }
 
+const char *registry_models_dir(const api_registry *r)
+{
+    return r->models_dir;
+}
+
 void registry_rescan(api_registry *r)
 {
     pthread_mutex_lock(&r->mu);

@@ -121,6 +121,10 @@ void registry_rescan(api_registry *r);
  * registry_free. */
 api_model *registry_find(api_registry *r, const char *name);
 
+/* The folder models are written to (pulls): --models-dir,
+ * $RACIMO_MODELS_DIR or ~/.racimo/models; NULL when there is none. */
+const char *registry_models_dir(const api_registry *r);
+
 /* The configuration the registry was made with. */
 const registry_config *registry_get_config(const api_registry *r);
 

@@ -186,17 +186,23 @@ int api_read_key_file(const char *path, char ***keys, int *n)
 
 /* ---- small endpoints ---- */
 
-static void log_request(api_server *s, struct evhttp_request *req, const char *method,
-                        const char *path, int status, const char *key_id)
+void srv_log_request(api_server *s, const char *client, const char *method, const char *path,
+                     int status, const char *key_id)
 {
     metrics_request(s->metrics, path, status);
     if (!s->alog)
         return;
-    char client[64];
-    srv_peer(req, client, sizeof client);
     access_entry e = { .client = client, .key_id = key_id && key_id[0] ? key_id : NULL,
                        .method = method, .path = path, .status = status, .ttft_ms = -1 };
     access_log_write(s->alog, &e);
+}
+
+static void log_request(api_server *s, struct evhttp_request *req, const char *method,
+                        const char *path, int status, const char *key_id)
+{
+    char client[64];
+    srv_peer(req, client, sizeof client);
+    srv_log_request(s, client, method, path, status, key_id);
 }
 
 static const char *state_name(int st)
@@ -394,6 +400,8 @@ static const route routes[] = {
     { "/api/embed",           EVHTTP_REQ_POST, API_OLLAMA_EMBED },
     { "/api/embeddings",      EVHTTP_REQ_POST, API_OLLAMA_EMBEDDINGS },
     { "/v1/models",           EVHTTP_REQ_GET,  -1 },
+    { "/v1/models/pull",      EVHTTP_REQ_POST, -1 },
+    { "/api/pull",            EVHTTP_REQ_POST, -1 },
     { "/v1/cluster",          EVHTTP_REQ_GET,  -1 },
     { "/v1/instances",        EVHTTP_REQ_POST, -1 },
     { "/v1/instances/stop",   EVHTTP_REQ_POST, -1 },
@@ -521,6 +529,12 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
             &openai_chat_ops, &openai_completion_ops, &ollama_chat_ops, &ollama_generate_ops,
             &anthropic_ops, &anthropic_ops, &embed_ops, &embed_ops, &embed_ops };
         job_run(s, req, r->path, key_id, internal ? fwd_client(req) : NULL, &ar, ops[r->kind]);
+        return;
+    }
+    if (!strcmp(r->path, "/api/pull") || !strcmp(r->path, "/v1/models/pull")) {
+        /* answered (and logged) by pull.c when the pull ends */
+        if ((status = pull_start(s, req, r->path, key_id, data, len)))
+            log_request(s, req, "POST", r->path, status, key_id);
         return;
     }
     status = 200;
@@ -713,8 +727,10 @@ void api_server_free(api_server *s)
     if (s->base)
         fwd_detach(s);              /* before the connections it answers on close */
     registry_free(s->reg);          /* engines end; their requests report on_done */
-    if (s->base)
+    if (s->base) {
+        pull_shutdown(s);
         job_shutdown(s);
+    }
     if (s->http)
         evhttp_free(s->http);
     if (s->http_local)

@@ -13,6 +13,7 @@
  *   ollama.c    /api/... handlers and Ollama response objects
  *   anthropic.c /v1/messages: Anthropic's message objects, events and errors
  *   cluster_admin.c  removing a node, rotating the cluster key
+ *   pull.c      POST /api/pull and /v1/models/pull: a thread per pull (src/hub)
  *   forward.c   requests forwarded between nodes (and their API-key proofs)
  *   tls.c       HTTPS: OpenSSL contexts and bufferevents
  *
@@ -43,6 +44,7 @@
 #include "infer/stop.h"
 
 typedef struct api_job api_job;
+typedef struct api_pull api_pull;
 
 struct api_server {
     api_config cfg;
@@ -68,6 +70,7 @@ struct api_server {
     /* every live job (event-loop thread) */
     api_job *jobs;
     struct fwd_side *fwd;           /* requests forwarded to or from other nodes */
+    api_pull *pulls;                /* models being fetched (pull.c; event-loop thread) */
 };
 
 /* A logprobs record of one generated token. */
@@ -146,6 +149,13 @@ struct api_job {
     struct embed_job *embed;        /* an embeddings request's inputs (embed.c), or NULL */
 };
 
+/* ---- pull.c ---- */
+/* POST /api/pull, /v1/models/pull: 0 when the pull started (answered when it
+ * ends), else the status of the error already sent. */
+int  pull_start(api_server *s, struct evhttp_request *req, const char *path, const char *key_id,
+                const char *body, size_t len);
+void pull_shutdown(api_server *s);      /* cancels and joins every pull */
+
 /* ---- server.c ---- */
 void srv_cors_headers(api_server *s, struct evhttp_request *req);
 bool srv_is_ollama_path(const char *path);
@@ -155,6 +165,10 @@ bool srv_is_anthropic_path(const char *path);     /* /v1/messages... (a query ma
 const char *srv_bearer(struct evhttp_request *req);
 /* The connection's peer as "ADDRESS:PORT" ("?" when unknown). */
 void srv_peer(struct evhttp_request *req, char *out, size_t cap);
+/* A line of the access log and the request metrics, for requests answered
+ * later than their handler (pulls). */
+void srv_log_request(api_server *s, const char *client, const char *method, const char *path,
+                     int status, const char *key_id);
 
 /* ---- cluster_admin.c ---- */
 /* POST /v1/cluster/nodes/{id}/remove and /v1/cluster/key/rotate (any path

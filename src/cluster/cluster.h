@@ -206,6 +206,11 @@ const char *cluster_state_path(const struct cluster *c);
 struct exports;
 struct exports *cluster_exports(const struct cluster *c);
 
+/* Asks the cluster thread to look at the model folders at its next tick
+ * (instead of within 10 s): a model was just added (a pull), and the other
+ * nodes should hear of it.  Any thread. */
+void cluster_rescan_models(struct cluster *c);
+
 /* The models folder this node uses (valid until cluster_free). */
 const char *cluster_models_dir(const struct cluster *c);
 

@@ -215,6 +215,7 @@ struct cluster {
     json_t *serving_free;                     /* mu: {name: free sequence slots} */
     json_t *serving_slots;                    /* mu: {name: sequence slots} */
     bool self_dirty;                          /* mu: send STATE now */
+    bool scan_soon;                           /* mu: look at the model folders now */
     uint64_t next_state_ns, next_scan_ns, next_mem_ns;
     uint64_t n_came_up;                       /* nodes that came up, ever (mu) */
     bool peers_dirty;

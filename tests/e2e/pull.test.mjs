@@ -10,7 +10,8 @@ import { mkdtempSync, readFileSync, readdirSync, existsSync, writeFileSync, stat
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
-import { BIN } from './helpers.mjs';
+import { Ollama } from 'ollama';
+import { BIN, startServer } from './helpers.mjs';
 import { startHub } from './fake_hub.mjs';
 
 const sha = (b) => createHash('sha256').update(b).digest('hex');
@@ -214,4 +215,51 @@ test('a disk without room: refused before, or cut by ENOSPC, no partial file', {
   assert.match(r.stderr, /no space left on the disk/);
   assert.match(r.stdout, /exit 1/);
   assert.doesNotMatch(r.stdout, /gguf/, 'neither the file nor a part remains');
+});
+
+test('the ollama client pulls through a node: progress, success, then it chats', async () => {
+  const dir = newDir();
+  const srv = await startServer(['--no-cluster'], { preload: false, env: { RACIMO_MODELS_DIR: dir, HF_ENDPOINT: hub.url, HF_TOKEN: '' } });
+  try {
+    const ollama = new Ollama({ host: srv.url });
+    const seen = [];
+    for await (const part of await ollama.pull({ model: 'hf.co/org/tiny-GGUF:Q8_0', stream: true })) seen.push(part);
+    const statuses = seen.map((p) => p.status);
+    assert.equal(statuses[0], 'pulling manifest');
+    assert.ok(statuses.includes('verifying sha256 digest'), statuses.join(','));
+    assert.equal(statuses.at(-1), 'success');
+    const bytes = seen.filter((p) => p.status.startsWith('pulling ') && p.total);
+    assert.ok(bytes.length > 0);
+    assert.equal(bytes[0].digest, `sha256:${sha(q8)}`);
+    assert.equal(bytes.at(-1).completed, q8.length);
+    assert.equal(bytes.at(-1).total, q8.length);
+    assert.ok(readFileSync(join(dir, 'tiny-Q8_0.gguf')).equals(q8));
+    const names = (await ollama.list()).models.map((m) => m.name);
+    assert.ok(names.includes('tiny-Q8_0:latest'), names.join(','));
+    const r = await ollama.generate({ model: 'tiny-Q8_0', prompt: 'hi', stream: false, options: { num_predict: 3 } });
+    assert.equal(r.done, true);
+    // not streamed: one answer
+    const once = await ollama.pull({ model: 'hf.co/org/tiny-GGUF:Q4_K_M', stream: false });
+    assert.equal(once.status, 'success');
+    assert.ok(readFileSync(join(dir, 'tiny-Q4_K_M.gguf')).equals(q4));
+    // errors: in the stream, and as an HTTP status
+    await assert.rejects(async () => {
+      for await (const part of await ollama.pull({ model: 'hf.co/org/gated:Q8_0', stream: true })) void part;
+    }, /gated or private/);
+    const bad = await fetch(`${srv.url}/api/pull`, { method: 'POST', body: JSON.stringify({ model: 'hf.co/org/wrong:Q8_0', stream: false }) });
+    assert.equal(bad.status, 502);
+    assert.match((await bad.json()).error, /sha256 mismatch/);
+    const noName = await fetch(`${srv.url}/api/pull`, { method: 'POST', body: '{"stream":false}' });
+    assert.equal(noName.status, 400);
+    assert.deepEqual(ggufs(dir), ['tiny-Q4_K_M.gguf', 'tiny-Q8_0.gguf']);
+    // the node's own endpoint: one JSON answer naming the model
+    const v1 = await fetch(`${srv.url}/v1/models/pull`, { method: 'POST', body: JSON.stringify({ model: 'org/split', file: 'big-F32-00001-of-00003.gguf' }) });
+    assert.equal(v1.status, 200);
+    assert.deepEqual(await v1.json(), { status: 'success', model: 'big-F32-00001-of-00003' });
+    const missing = await fetch(`${srv.url}/v1/models/pull`, { method: 'POST', body: JSON.stringify({ model: 'org/none' }) });
+    assert.equal(missing.status, 404);
+    assert.match((await missing.json()).error.message, /org\/none not found/);
+  } finally {
+    await srv.stop();
+  }
 });
