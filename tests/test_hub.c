@@ -4,6 +4,7 @@
 #include "test.h"
 #include "base/err.h"
 #include "hub/hub.h"
+#include "model/gguf.h"
 
 TEST(hub_parse_names)
 {
@@ -74,8 +75,17 @@ TEST(hub_pick_files)
     char name[HUB_PATH_MAX];
     CHECK_OK(hub_parse_ref("org/m:F16", &r));
     CHECK_OK(hub_pick(tree, &r, NULL, &p));
-    hub_model_name(&p, name, sizeof name);
-    CHECK_STR(name, "m-F16-00001-of-00002");
+    hub_config cfg;
+    hub_config_default(&cfg);
+    hub_model_name(&cfg, &p, name, sizeof name);
+    CHECK_STR(name, "m-F16-00001-of-00002");    /* the parts as they are */
+    CHECK_STR(p.set_name, "m-F16.gguf");
+    cfg.join = gguf_join;
+    hub_model_name(&cfg, &p, name, sizeof name);
+    CHECK_STR(name, "m-F16");                   /* joined */
+    CHECK_OK(hub_parse_ref("org/m:Q8_0", &r));
+    CHECK_OK(hub_pick(tree, &r, NULL, &p));
+    CHECK_STR(p.set_name, "m.Q8_0.gguf");
 }
 
 TEST(hub_pick_hostile_listings)

@@ -21,6 +21,7 @@
 #include "base/mem.h"
 #include "cluster/cluster.h"
 #include "hub/hub.h"
+#include "model/gguf.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -79,6 +80,11 @@ static void on_progress(void *arg, const hub_progress *hp)
         push_line(p, json_pack("{s:s}", "status", "verifying sha256 digest"));
         return;
     }
+    if (!strcmp(hp->phase, "joining")) {
+        snprintf(status, sizeof status, "joining %d parts", hp->n_files);
+        push_line(p, json_pack("{s:s}", "status", status));
+        return;
+    }
     if (!strcmp(hp->phase, "done") && again)
         return;
     snprintf(status, sizeof status, "pulling %.12s",
@@ -98,6 +104,7 @@ static void *pull_thread(void *arg)
     cfg.progress = on_progress;
     cfg.arg = p;
     cfg.cancel = &p->cancel;
+    cfg.join = gguf_join;
     hub_plan *plan = rc_malloc(sizeof *plan);
     int rc;
     push_line(p, json_pack("{s:s}", "status", "pulling manifest"));
@@ -112,7 +119,7 @@ static void *pull_thread(void *arg)
     if (rc)
         snprintf(p->err, sizeof p->err, "%s", rc_errmsg());
     else
-        hub_model_name(plan, p->model, sizeof p->model);
+        hub_model_name(&cfg, plan, p->model, sizeof p->model);
     p->done = true;
     pthread_mutex_unlock(&p->mu);
     rc_free(plan);

@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "base/os.h"
 #include "hub/hub.h"
+#include "model/gguf.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -22,9 +23,10 @@ static void usage(FILE *f)
         "\n"
         "Downloads a GGUF model from Hugging Face into the models folder: the file\n"
         "tagged QUANT (Q4_K_M, Q8_0..., any case; default Q4_K_M, or the repository's\n"
-        "only model), every part of a split model.  Each file is checked against the\n"
-        "sha256 the Hub lists before it appears in the folder; an interrupted pull\n"
-        "resumes where it stopped when run again.  A running node serves the model\n"
+        "only model), every part of a split model (joined into one file).  Each file\n"
+        "is checked against the sha256 the Hub lists before it appears in the\n"
+        "folder; an interrupted pull resumes where it stopped when run again.  A\n"
+        "running node serves the model\n"
         "under its file name (without .gguf) and lists it to its cluster, whose nodes\n"
         "fetch it from this one over the LAN.\n"
         "\n"
@@ -99,12 +101,16 @@ static void on_progress(void *arg, const hub_progress *p)
                 done, total, rate, eta);
         if (!strcmp(p->phase, "done"))
             fprintf(stderr, "\r\033[K%s: %s, sha256 verified\n", p->file->name, total);
+        else if (!strcmp(p->phase, "joining"))
+            fprintf(stderr, "\r\033[Kjoining %d parts into one file\n", p->n_files);
         else if (!strcmp(p->phase, "verifying"))
             fprintf(stderr, " verifying");
         fflush(stderr);
     } else if (phase_change || now - o->last_ns >= 5000000000ull) {
         if (!strcmp(p->phase, "done"))
             fprintf(stderr, "%s: %s, sha256 verified\n", p->file->name, total);
+        else if (!strcmp(p->phase, "joining"))
+            fprintf(stderr, "joining %d parts into one file\n", p->n_files);
         else
             fprintf(stderr, "%s: %s %d%% (%s of %s) %s %s\n", p->file->name, p->phase, pct,
                     done, total, rate, eta);
@@ -169,6 +175,7 @@ int cmd_pull(int argc, char **argv)
     cfg.progress = on_progress;
     cfg.arg = &po;
     cfg.cancel = &interrupted;
+    cfg.join = gguf_join;
 
     struct sigaction sa = { 0 };
     sa.sa_handler = on_sigint;
@@ -190,7 +197,7 @@ int cmd_pull(int argc, char **argv)
     if (rc)
         return cli_error("pull");
     char model[HUB_PATH_MAX];
-    hub_model_name(&plan, model, sizeof model);
+    hub_model_name(&cfg, &plan, model, sizeof model);
     printf("%s\n", model);
     if (!po.quiet)
         fprintf(stderr, "pulled: serve it as model '%s'\n", model);

@@ -42,14 +42,18 @@ typedef struct {
 /* What a pull fetches: one file, or every part of a split GGUF in order. */
 typedef struct {
     char repo[256];           /* ORG/REPO */
+    /* the model's file name in the models folder: the file's, or for a
+     * split model its parts' without -0000N-of-0000M (joined, see join) */
+    char set_name[HUB_PATH_MAX];
     hub_file files[HUB_MAX_FILES];
     int n_files;
     uint64_t total_bytes;
 } hub_plan;
 
 /* A progress report: about `file` (index of n_files), with the bytes done of
- * it and of the whole plan.  `phase` is "downloading", "verifying" or
- * "done" (the file is in the models folder). */
+ * it and of the whole plan.  `phase` is "downloading", "verifying",
+ * "joining" (the parts of a split model into one file) or "done" (the file,
+ * or the part, is verified and in place). */
 typedef struct {
     const char *phase;
     const hub_file *file;
@@ -74,6 +78,11 @@ typedef struct {
                                * when negative) */
     int stall_s;              /* a transfer slower than 1 byte/s this long is cut
                                * (default 60 when 0) */
+    /* Joins the verified parts of a split model (paths in order) into one
+     * file `out` (gguf_join: the caller brings the model layer); the parts
+     * are then deleted.  NULL: the parts go into the models folder as they
+     * are. */
+    int (*join)(const char *const *parts, int n, const char *out);
 } hub_config;
 
 /* Fills *cfg with the defaults above (all NULL, retries -1). */
@@ -107,8 +116,9 @@ int hub_resolve(const hub_config *cfg, const char *name, const char *file, hub_p
  * mismatch), RC_ESTATE (cancelled), RC_ELIMIT (not enough free space). */
 int hub_download(const hub_config *cfg, const hub_plan *plan);
 
-/* The model name a pulled plan is served under: the base name of its first
- * file without ".gguf" (the registry's naming). */
-void hub_model_name(const hub_plan *plan, char *out, size_t cap);
+/* The model name a pulled plan is served under: its set_name (with join)
+ * or first file's name without ".gguf" (the registry's naming). */
+
+void hub_model_name(const hub_config *cfg, const hub_plan *plan, char *out, size_t cap);
 
 #endif

@@ -210,6 +210,16 @@ static int attempt(xfer *x, const char *url, const char *what, bool *retry)
     return 0;
 }
 
+/* The renames into `dir` must survive a power cut. */
+static void sync_dir(const char *dir)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+}
+
 static int make_dir(const char *dir)
 {
     if (mkdir(dir, 0755) && errno != EEXIST)
@@ -218,13 +228,13 @@ static int make_dir(const char *dir)
 }
 
 static int fetch_one(const hub_config *cfg, const hub_plan *plan, int index, uint64_t before,
-                     const char *staging)
+                     const char *staging, const char *dest_dir)
 {
     const hub_file *f = &plan->files[index];
     char ep[1024], url[4096], part[4096], final[4096], what[HUB_PATH_MAX + 16];
     snprintf(what, sizeof what, "%s", f->name);
     if ((size_t)snprintf(part, sizeof part, "%s/%s.part", staging, f->name) >= sizeof part ||
-        (size_t)snprintf(final, sizeof final, "%s/%s", cfg->models_dir, f->name) >= sizeof final)
+        (size_t)snprintf(final, sizeof final, "%s/%s", dest_dir, f->name) >= sizeof final)
         return rc_fail(RC_ELIMIT, "%s: the path is too long", f->name);
     /* the path in the URL: each character outside the unreserved set escaped */
     char *esc = curl_easy_escape(NULL, f->path, 0);
@@ -287,12 +297,7 @@ static int fetch_one(const hub_config *cfg, const hub_plan *plan, int index, uin
         rc = rc_fail(RC_EIO, "moving %s into the models folder: %s", part, strerror(errno));
         goto out;
     }
-    /* the rename itself must survive a power cut */
-    int dfd = open(cfg->models_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
+    sync_dir(dest_dir);
     report(&x, "done");
 out:
     if (x.fd >= 0)
@@ -303,7 +308,7 @@ out:
 }
 
 /* Bytes still to fetch for the files not in the models folder yet. */
-static uint64_t bytes_missing(const hub_config *cfg, const hub_plan *plan, const char *staging,
+static uint64_t bytes_missing(const hub_plan *plan, const char *staging, const char *dest_dir,
                               bool *done)
 {
     uint64_t need = 0;
@@ -311,7 +316,7 @@ static uint64_t bytes_missing(const hub_config *cfg, const hub_plan *plan, const
         const hub_file *f = &plan->files[i];
         char path[4096 + HUB_PATH_MAX + 8];
         struct stat st;
-        snprintf(path, sizeof path, "%s/%s", cfg->models_dir, f->name);
+        snprintf(path, sizeof path, "%s/%s", dest_dir, f->name);
         done[i] = !stat(path, &st) && (uint64_t)st.st_size == f->size;
         if (done[i])
             continue;
@@ -321,6 +326,54 @@ static uint64_t bytes_missing(const hub_config *cfg, const hub_plan *plan, const
         need += f->size - have;
     }
     return need;
+}
+
+/* The verified parts of a split model (in the staging folder) joined into
+ * one file, renamed into the models folder; the parts are deleted. */
+static int join_parts(const hub_config *cfg, const hub_plan *plan, const char *staging)
+{
+    char paths[HUB_MAX_FILES][4096 + HUB_PATH_MAX + 8], joined[4096 + HUB_PATH_MAX + 8];
+    char final[4096 + HUB_PATH_MAX + 8];
+    const char *list[HUB_MAX_FILES];
+    for (int i = 0; i < plan->n_files; i++) {
+        snprintf(paths[i], sizeof paths[i], "%s/%s", staging, plan->files[i].name);
+        list[i] = paths[i];
+    }
+    snprintf(joined, sizeof joined, "%s/%s", staging, plan->set_name);
+    snprintf(final, sizeof final, "%s/%s", cfg->models_dir, plan->set_name);
+    if (cfg->progress) {
+        const hub_file *last = &plan->files[plan->n_files - 1];
+        hub_progress p = {
+            .phase = "joining", .file = last, .index = plan->n_files - 1,
+            .n_files = plan->n_files, .file_done = last->size, .file_total = last->size,
+            .done = plan->total_bytes, .total = plan->total_bytes,
+        };
+        cfg->progress(cfg->arg, &p);
+    }
+    int rc = cfg->join(list, plan->n_files, joined);
+    if (rc) {
+        unlink(joined);
+        /* a full disk is not the parts' fault: they stay for the next pull */
+        return rc_wrap(rc, "joining the parts of %s: ", plan->set_name);
+    }
+    int fd = open(joined, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd)) {
+        rc = rc_fail(RC_EIO, "%s: %s", joined, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        unlink(joined);
+        return rc;
+    }
+    close(fd);
+    if (rename(joined, final)) {
+        rc = rc_fail(RC_EIO, "moving %s into the models folder: %s", joined, strerror(errno));
+        unlink(joined);
+        return rc;
+    }
+    sync_dir(cfg->models_dir);
+    for (int i = 0; i < plan->n_files; i++)
+        unlink(paths[i]);
+    return 0;
 }
 
 int hub_download(const hub_config *cfg, const hub_plan *plan)
@@ -334,9 +387,19 @@ int hub_download(const hub_config *cfg, const hub_plan *plan)
     int rc = make_dir(cfg->models_dir);
     if (rc)
         return rc;
+    /* a split model's verified parts wait in the staging folder for the join */
+    bool join = plan->n_files > 1 && cfg->join;
+    const char *dest = join ? staging : cfg->models_dir;
+    char final[4096 + HUB_PATH_MAX + 8];
+    struct stat st;
+    snprintf(final, sizeof final, "%s/%s", cfg->models_dir, plan->set_name);
+    if (join && !stat(final, &st))
+        return 0;   /* joined by an earlier pull */
     bool done[HUB_MAX_FILES];
-    uint64_t need = bytes_missing(cfg, plan, staging, done);
+    uint64_t need = bytes_missing(plan, staging, dest, done);
     struct statvfs vfs;
+    if (need && join)
+        need += plan->total_bytes;   /* the joined copy, before the parts go */
     if (need && !statvfs(cfg->models_dir, &vfs)) {
         uint64_t avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
         if (avail < need + SPACE_MARGIN_BYTES)
@@ -350,7 +413,7 @@ int hub_download(const hub_config *cfg, const hub_plan *plan)
     uint64_t before = 0;
     for (int i = 0; i < plan->n_files && !rc; i++) {
         if (!done[i])
-            rc = fetch_one(cfg, plan, i, before, staging);
+            rc = fetch_one(cfg, plan, i, before, staging, dest);
         else if (cfg->progress) {
             hub_progress p = {
                 .phase = "done", .file = &plan->files[i], .index = i, .n_files = plan->n_files,
@@ -361,6 +424,8 @@ int hub_download(const hub_config *cfg, const hub_plan *plan)
         }
         before += plan->files[i].size;
     }
+    if (!rc && join)
+        rc = join_parts(cfg, plan, staging);
     /* an empty staging folder goes; one with parts to resume stays */
     rmdir(staging);
     return rc;

@@ -295,6 +295,9 @@ int hub_pick(const char *tree_json, const hub_ref *ref, const char *file, hub_pl
     }
     snprintf(out->repo, sizeof out->repo, "%s", ref->repo);
     rc = take_set(tree, key, out);
+    if (!rc)
+        snprintf(out->set_name, sizeof out->set_name, "%.*s%s", HUB_PATH_MAX - 8, base_name(key),
+                 out->n_files > 1 ? ".gguf" : "");
     for (int f = 0; !rc && f < out->n_files; f++)
         for (int g = 0; g < f; g++)
             if (!strcmp(out->files[f].name, out->files[g].name))
@@ -306,9 +309,10 @@ out:
     return rc;
 }
 
-void hub_model_name(const hub_plan *plan, char *out, size_t cap)
+void hub_model_name(const hub_config *cfg, const hub_plan *plan, char *out, size_t cap)
 {
-    const char *n = plan->n_files ? plan->files[0].name : "";
+    const char *n = plan->n_files > 1 && cfg->join ? plan->set_name
+                  : plan->n_files ? plan->files[0].name : "";
     size_t len = strlen(n);
     if (len > 5 && !strcasecmp(n + len - 5, ".gguf"))
         len -= 5;

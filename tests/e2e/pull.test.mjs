@@ -29,7 +29,9 @@ before(async () => {
   q8 = model('Q8_0');
   q4 = model('Q4_K_M');
   big = model('F32', ['--layers', '4']);
-  const parts = [big.subarray(0, 400000), big.subarray(400000, 900000), big.subarray(900000)];
+  // the same model written as 3 parts (llama.cpp's split layout)
+  execFileSync(BIN, ['make-model', '--preset', 'tiny', '--type', 'F32', '--layers', '4', '--split', '3', '-o', join(work, 'big.gguf')]);
+  const parts = [1, 2, 3].map((i) => readFileSync(join(work, `big-0000${i}-of-00003.gguf`)));
   hub = await startHub({
     repos: {
       'org/tiny-GGUF': { files: { 'tiny-Q8_0.gguf': q8, 'tiny-Q4_K_M.gguf': q4, 'mmproj-tiny-Q8_0.gguf': q8.subarray(0, 1000) } },
@@ -124,13 +126,20 @@ test('a gated repository needs a token; a wrong one is refused', async () => {
   assert.ok(readFileSync(join(dir, 'gated-Q8_0.gguf')).equals(q8));
 });
 
-test('a split model comes whole, every part verified', async () => {
+test('a split model comes whole: every part verified, joined into one file', async () => {
   const dir = newDir();
   const r = await pull(['org/split', '--file', 'big-F32-00002-of-00003.gguf'], { dir });
   assert.equal(r.code, 0, r.err);
-  assert.deepEqual(ggufs(dir), ['big-F32-00001-of-00003.gguf', 'big-F32-00002-of-00003.gguf', 'big-F32-00003-of-00003.gguf']);
-  const joined = Buffer.concat(ggufs(dir).map((f) => readFileSync(join(dir, f))));
-  assert.ok(joined.equals(big));
+  assert.equal(r.out.trim(), 'big-F32');
+  assert.match(r.err, /big-F32-00003-of-00003.gguf: .*sha256 verified/);
+  assert.match(r.err, /joining 3 parts/);
+  assert.deepEqual(ggufs(dir), ['big-F32.gguf']);
+  assert.deepEqual(parts(dir), []);
+  // the parts joined are the model before it was split, byte for byte
+  assert.ok(readFileSync(join(dir, 'big-F32.gguf')).equals(big));
+  const again = await pull(['hf.co/org/split:f32'], { dir });
+  assert.equal(again.code, 0, again.err);
+  assert.doesNotMatch(again.err, /downloading/);
 });
 
 test('a connection cut mid-file is resumed with a range request', async () => {
@@ -255,7 +264,8 @@ test('the ollama client pulls through a node: progress, success, then it chats',
     // the node's own endpoint: one JSON answer naming the model
     const v1 = await fetch(`${srv.url}/v1/models/pull`, { method: 'POST', body: JSON.stringify({ model: 'org/split', file: 'big-F32-00001-of-00003.gguf' }) });
     assert.equal(v1.status, 200);
-    assert.deepEqual(await v1.json(), { status: 'success', model: 'big-F32-00001-of-00003' });
+    assert.deepEqual(await v1.json(), { status: 'success', model: 'big-F32' });
+    assert.ok(readFileSync(join(dir, 'big-F32.gguf')).equals(big));
     const missing = await fetch(`${srv.url}/v1/models/pull`, { method: 'POST', body: JSON.stringify({ model: 'org/none' }) });
     assert.equal(missing.status, 404);
     assert.match((await missing.json()).error.message, /org\/none not found/);
