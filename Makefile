@@ -206,6 +206,14 @@ test-cluster: build/rel/racimo build/rel/racimo-hooks
 test-pipeline: build/rel/racimo build/rel/racimo-hooks
 	@RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/pipeline.sh
 
+# test-pull-cluster: one `racimo pull` for three nodes in network namespaces
+# (needs root): a fake Hugging Face Hub in a fourth namespace, the model then
+# split over the three, the Hub's log showing each byte served once
+# (tests/cluster/pull.sh).
+.PHONY: test-pull-cluster
+test-pull-cluster: build/rel/racimo
+	@RACIMO_BIN=build/rel/racimo tests/cluster/pull.sh
+
 # bench-pipeline: one node against a 2-node pipeline over links emulated as
 # none / 10 GbE / 1 GbE (needs root; bench/pipeline.sh, see BENCHMARKS.md).
 .PHONY: bench-pipeline

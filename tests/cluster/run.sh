@@ -42,30 +42,14 @@ P=rc$$
 LOGS=build/cluster-e2e
 passed=0 failed=0 skipped=0
 
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-  echo "cluster e2e: skipped (needs root and iproute2 for network namespaces)"
-  echo "0 passed, 0 failed, 1 skipped"; exit 0
-fi
-for tool in curl jq openssl; do
-  command -v $tool >/dev/null || { echo "cluster e2e: $tool missing (scripts/install-deps.sh)"; echo "0 passed, 1 failed"; exit 1; }
-done
-for b in "$BIN" "$HOOKS_BIN"; do
-  [ -x "$b" ] || { echo "cluster e2e: $b not built"; echo "0 passed, 1 failed"; exit 1; }
-done
+source tests/cluster/netns.sh
+ns_preflight "cluster e2e" "curl jq openssl" "$BIN" "$HOOKS_BIN"
 
 T=$(mktemp -d /tmp/racimo-cluster.XXXXXX)
-source tests/cluster/netns.sh
-cleanup() {
-  ns_cleanup
-  mkdir -p "$LOGS" && cp "$T"/*.log "$LOGS"/ 2>/dev/null
-  rm -rf "$T"
-}
+cleanup() { ns_finish "$LOGS" '*.log'; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ok()   { passed=$((passed+1)); echo "ok   $*"; }
-bad()  { failed=$((failed+1)); echo "FAIL $*"; }
-skip() { skipped=$((skipped+1)); echo "skip $*"; }
 id_of() { cat "$T/n$1/node.id"; }
 
 start_node() {  # I [options...]   (NODE_BIN=... to run another binary)
