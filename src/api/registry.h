@@ -43,6 +43,8 @@ typedef struct api_model {
     uint64_t size_bytes;
     time_t mtime;
     bool read_only;            /* found in a read-only folder */
+    bool deleted;              /* its file was deleted (registry_delete): not listed nor
+                                  found until the file is back (registry mutex) */
     bool preload;              /* given with -m: loads at start */
     struct api_registry *reg;
     int state;                 /* enum model_state (registry mutex) */
@@ -146,6 +148,13 @@ api_model **registry_list(api_registry *r, int *n);
  * pipeline, whose stages end) is freed and it is AVAILABLE again.  0, or
  * RC_ESTATE with a detail (not loaded, or busy). */
 int registry_unload(api_registry *r, api_model *m);
+
+/* Deletes the file of a model of the models folder (DELETE /api/delete):
+ * refused (RC_ESTATE, a sentence why) for a model loaded or loading, one in
+ * a read-only folder or given with -m, or one only another node has
+ * (RC_ENOTFOUND).  The entry stays (pointers stay valid) but is neither
+ * listed nor found until a file of that name is back.  Thread safe. */
+int registry_delete(api_registry *r, api_model *m);
 
 /* Unloads READY models idle (no request) for idle_s seconds or more;
  * idle_s <= 0 does nothing.  Call it periodically. */

@@ -337,6 +337,36 @@ static int cluster(api_server *s, struct evhttp_request *req)
  * without waiting for a request; 202 while it loads, 200 when ready (with
  * its plan).  POST /v1/instances/stop {"model"}: stops it (409 while it
  * runs requests). */
+/* DELETE /api/delete (Ollama): {"model": NAME} ("name" in older clients);
+ * 200 with no body, as Ollama. */
+static int delete_model(api_server *s, struct evhttp_request *req, const char *body, size_t len)
+{
+    api_error e;
+    json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+    const char *name = json_string_value(json_object_get(o, "model"));
+    if (!name)
+        name = json_string_value(json_object_get(o, "name"));
+    api_model *m = name ? registry_find(s->reg, name) : NULL;
+    int rc = m ? registry_delete(s->reg, m) : 0;
+    if (!name)
+        api_fail(&e, 400, "missing_field", "model", "model is required");
+    else if (!m)
+        api_fail(&e, 404, "model_not_found", "model", "model '%.200s' not found", name);
+    else if (rc == RC_ENOTFOUND)
+        api_fail(&e, 404, "model_not_found", "model", "%s", rc_errmsg());
+    else if (rc)
+        api_fail(&e, rc == RC_EIO ? 500 : 409, "cannot_delete", "model", "%s", rc_errmsg());
+    json_decref(o);
+    if (name && m && !rc) {
+        if (s->cfg.cluster)
+            cluster_rescan_models(s->cfg.cluster);
+        http_reply_text(s, req, 200, "application/json", "", 0);
+        return 200;
+    }
+    http_reply_error(s, req, true, &e);
+    return e.status;
+}
+
 static int instances(api_server *s, struct evhttp_request *req, bool stop, const char *body,
                      size_t len)
 {
@@ -402,6 +432,7 @@ static const route routes[] = {
     { "/v1/models",           EVHTTP_REQ_GET,  -1 },
     { "/v1/models/pull",      EVHTTP_REQ_POST, -1 },
     { "/api/pull",            EVHTTP_REQ_POST, -1 },
+    { "/api/delete",          EVHTTP_REQ_DELETE, -1 },
     { "/v1/cluster",          EVHTTP_REQ_GET,  -1 },
     { "/v1/instances",        EVHTTP_REQ_POST, -1 },
     { "/v1/instances/stop",   EVHTTP_REQ_POST, -1 },
@@ -468,7 +499,8 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
         srv_cors_headers(s, req);
         if (evhttp_find_header(out, "Access-Control-Allow-Origin")) {
             const char *want = evhttp_find_header(in, "Access-Control-Request-Headers");
-            evhttp_add_header(out, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            evhttp_add_header(out, "Access-Control-Allow-Methods",
+                              "GET, POST, DELETE, OPTIONS");
             evhttp_add_header(out, "Access-Control-Allow-Headers",
                               want ? want : "Authorization, Content-Type");
             evhttp_add_header(out, "Access-Control-Max-Age", "600");
@@ -550,6 +582,8 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
         status = openai_models(s, req, models_one ? path + 11 : NULL);
     else if (!strcmp(r->path, "/api/tags"))
         ollama_tags(s, req);
+    else if (!strcmp(r->path, "/api/delete"))
+        status = delete_model(s, req, data, len);
     else if (!strcmp(r->path, "/api/ps"))
         ollama_ps(s, req);
     else if (!strcmp(r->path, "/api/version"))

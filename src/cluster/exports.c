@@ -9,7 +9,10 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "model/gguf.h"
+#include "model/model_size.h"
 #include "model/ranges.h"
+#include "tensor/types.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #define MAX_EXPORTS 1024
@@ -30,6 +34,8 @@ typedef struct {
     char path[PATH_MAX];
     int fd;                       /* -1: held back by the allow-list (not opened) */
     export_stat st;
+    char type[16];                /* the weight type holding the most bytes ("" unknown) */
+    char sha256[65];              /* the sha256 `racimo pull` verified ("" unknown) */
 } entry;
 
 struct exports {
@@ -138,17 +144,38 @@ static bool same_stat(const export_stat *a, const export_stat *b)
 
 /* A copy of the old entry's descriptor of `name` when it still describes
  * the same file (the old table stays whole until it is replaced). */
-static int take_old(exports *e, const char *name, const export_stat *now)
+static int take_old(exports *e, entry *x)
 {
     int fd = -1;
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n; i++)
-        if (e->e[i].fd >= 0 && !strcmp(e->e[i].name, name) && same_stat(&e->e[i].st, now)) {
+        if (e->e[i].fd >= 0 && !strcmp(e->e[i].name, x->name) && same_stat(&e->e[i].st, &x->st)) {
             fd = fcntl(e->e[i].fd, F_DUPFD_CLOEXEC, 0);
+            memcpy(x->type, e->e[i].type, sizeof x->type);
+            memcpy(x->sha256, e->e[i].sha256, sizeof x->sha256);
             break;
         }
     pthread_mutex_unlock(&e->mu);
     return fd;
+}
+
+/* What a listing shows of a file first seen: its weight type (from the
+ * GGUF head) and the sha256 `racimo pull` recorded beside it (the
+ * user.racimo.sha256 attribute, on file systems that keep them). */
+static void describe(entry *x)
+{
+    gguf_file *f;
+    if (gguf_open_meta(x->path, &f) == 0) {
+        const char *t = tensor_type_name(model_main_type(f));
+        snprintf(x->type, sizeof x->type, "%s", t ? t : "");
+        gguf_close(f);
+    }
+    char v[65];
+    ssize_t n = fgetxattr(x->fd, "user.racimo.sha256", v, 64);
+    if (n == 64 && strspn(v, "0123456789abcdef") == 64) {
+        memcpy(x->sha256, v, 64);
+        x->sha256[64] = 0;
+    }
 }
 
 /* Was `name` held back by the last scan too (then it is not logged again)? */
@@ -192,7 +219,7 @@ static void scan_dir(exports *e, const char *dir, entry *v, int *n)
             v[(*n)++] = x;
             continue;
         }
-        if ((x.fd = take_old(e, x.name, &x.st)) < 0) {
+        if ((x.fd = take_old(e, &x)) < 0) {
             /* resolved here, once: later reads go through this descriptor,
              * whatever the name points to by then */
             x.fd = open(x.path, O_RDONLY | O_CLOEXEC);
@@ -203,6 +230,7 @@ static void scan_dir(exports *e, const char *dir, entry *v, int *n)
                 continue;
             }
             x.st = exports_stat(&st);
+            describe(&x);
         }
         v[(*n)++] = x;
     }
@@ -235,8 +263,10 @@ json_t *exports_scan(exports *e)
     }
     for (int i = 0; i < n; i++)
         if (v[i].fd >= 0)
-            json_array_append_new(arr, json_pack("{s:s, s:I}", "name", v[i].name, "size_bytes",
-                                                 (json_int_t)v[i].st.size));
+            json_array_append_new(arr, json_pack("{s:s, s:I, s:s*, s:s*}", "name", v[i].name,
+                                                 "size_bytes", (json_int_t)v[i].st.size,
+                                                 "type", v[i].type[0] ? v[i].type : NULL,
+                                                 "sha256", v[i].sha256[0] ? v[i].sha256 : NULL));
     pthread_mutex_lock(&e->mu);
     entry *old = e->e;
     int n_old = e->n;

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #define SPACE_MARGIN_BYTES (64u << 20)   /* left free beyond the files */
@@ -293,6 +294,10 @@ static int fetch_one(const hub_config *cfg, const hub_plan *plan, int index, uin
         rc = rc_fail(RC_EIO, "%s: %s", part, strerror(errno));
         goto out;
     }
+    /* what listings show as the file's digest (racimo ls); file systems
+     * without user attributes just do not keep it */
+    if (f->sha256[0])
+        (void)fsetxattr(x.fd, "user.racimo.sha256", f->sha256, 64, 0);
     if (rename(part, final)) {
         rc = rc_fail(RC_EIO, "moving %s into the models folder: %s", part, strerror(errno));
         goto out;

@@ -228,7 +228,7 @@ test('a disk without room: refused before, or cut by ENOSPC, no partial file', {
 
 test('the ollama client pulls through a node: progress, success, then it chats', async () => {
   const dir = newDir();
-  const srv = await startServer(['--no-cluster'], { preload: false, env: { RACIMO_MODELS_DIR: dir, HF_ENDPOINT: hub.url, HF_TOKEN: '' } });
+  const srv = await startServer([], { preload: false, env: { RACIMO_MODELS_DIR: dir, HF_ENDPOINT: hub.url, HF_TOKEN: '' } });
   try {
     const ollama = new Ollama({ host: srv.url });
     const seen = [];
@@ -269,6 +269,34 @@ test('the ollama client pulls through a node: progress, success, then it chats',
     const missing = await fetch(`${srv.url}/v1/models/pull`, { method: 'POST', body: JSON.stringify({ model: 'org/none' }) });
     assert.equal(missing.status, 404);
     assert.match((await missing.json()).error.message, /org\/none not found/);
+
+    // racimo ls: every model of the cluster (here one node), type and the verified sha256
+    const lines = () => execFileSync(BIN, ['ls', '--url', srv.url]).toString().split('\n');
+    let ls;
+    for (let i = 0; i < 100; i++) {
+      ls = lines();
+      if (ls.some((l) => l.startsWith('big-F32 '))) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const row = (name) => ls.find((l) => l.startsWith(`${name} `))?.split(/\s+/);
+    assert.deepEqual([row('tiny-Q8_0')[0], row('tiny-Q8_0')[4], row('tiny-Q8_0')[5]], ['tiny-Q8_0', 'Q8_0', sha(q8)]);
+    assert.equal(row('tiny-Q4_K_M')[5], sha(q4));
+    assert.deepEqual([row('big-F32')[4], row('big-F32')[5]], ['F32', '-'], 'a joined file has no listed sha256');
+    // racimo rm and Ollama's delete: a loaded model is refused, the others go
+    const rm = spawnSync(BIN, ['rm', 'tiny-Q8_0', '--url', srv.url], { encoding: 'utf8' });
+    assert.equal(rm.status, 1);
+    assert.match(rm.stderr, /loaded: stop it first/);
+    const ok2 = spawnSync(BIN, ['rm', 'tiny-Q4_K_M', '--url', srv.url], { encoding: 'utf8' });
+    assert.equal(ok2.status, 0, ok2.stderr);
+    assert.match(ok2.stdout, /deleted tiny-Q4_K_M/);
+    await ollama.delete({ model: 'big-F32' });
+    await assert.rejects(ollama.delete({ model: 'big-F32' }), /not found/);
+    assert.deepEqual(ggufs(dir), ['tiny-Q8_0.gguf']);
+    const left = (await ollama.list()).models.map((m) => m.name);
+    assert.ok(!left.includes('tiny-Q4_K_M:latest') && !left.includes('big-F32:latest'), left.join(','));
+    // pulled again, it is back
+    await ollama.pull({ model: 'hf.co/org/tiny-GGUF:Q4_K_M', stream: false });
+    assert.ok((await ollama.list()).models.some((m) => m.name === 'tiny-Q4_K_M:latest'));
   } finally {
     await srv.stop();
   }
