@@ -14,6 +14,7 @@
  *   anthropic.c /v1/messages: Anthropic's message objects, events and errors
  *   cluster_admin.c  removing a node, rotating the cluster key
  *   pull.c      POST /api/pull and /v1/models/pull: a thread per pull (src/hub)
+ *   copy.c      POST /v1/models/copy: whole copies on every node (message 0x60)
  *   forward.c   requests forwarded between nodes (and their API-key proofs)
  *   tls.c       HTTPS: OpenSSL contexts and bufferevents
  *
@@ -148,6 +149,11 @@ struct api_job {
     api_job *prev, *next;           /* srv->jobs */
     struct embed_job *embed;        /* an embeddings request's inputs (embed.c), or NULL */
 };
+
+/* ---- copy.c ---- */
+/* POST /v1/models/copy {"model"}: every node up without the model is asked
+ * to copy it from those that list it; 202 {model, asked, holders}. */
+int copies_request(api_server *s, struct evhttp_request *req, const char *body, size_t len);
 
 /* ---- pull.c ---- */
 /* POST /api/pull, /v1/models/pull: 0 when the pull started (answered when it

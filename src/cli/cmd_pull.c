@@ -4,11 +4,13 @@
  * terminal, a line every few seconds otherwise; Ctrl-C keeps what arrived
  * for the next pull to resume. */
 #include "cli.h"
+#include "cli_http.h"
 #include "base/err.h"
 #include "base/os.h"
 #include "hub/hub.h"
 #include "model/gguf.h"
 
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +38,13 @@ static void usage(FILE *f)
         "                    (default $HF_TOKEN)\n"
         "  --models-dir DIR  where to put it (default $RACIMO_MODELS_DIR, else\n"
         "                    $RACIMO_HOME/models, else ~/.racimo/models)\n"
+        "  --everywhere      then have every node of the cluster copy the whole file\n"
+        "                    from the nodes that have it, peer to peer (POST\n"
+        "                    /v1/models/copy to the node at --url; a node without\n"
+        "                    room logs why); waits until each has it\n"
+        "  --url URL         the node for --everywhere (default http://127.0.0.1:8080;\n"
+        "                    it must use the same models folder)\n"
+        "  --api-key KEY     when that node requires one (default $RACIMO_API_KEY)\n"
         "  --quiet           no progress, only errors and the result\n"
         "\n"
         "$HF_ENDPOINT names a mirror of the Hub (default https://huggingface.co);\n"
@@ -120,15 +129,84 @@ static void on_progress(void *arg, const hub_progress *p)
     o->last_phase = p->phase;
 }
 
+/* Whether node `id` lists `model` in the view v. */
+static bool lists(json_t *v, const char *id, const char *model)
+{
+    size_t i, j;
+    json_t *n, *m;
+    json_array_foreach(json_object_get(v, "nodes"), i, n) {
+        const char *nid = json_string_value(json_object_get(n, "name"));
+        if (!nid || strcmp(nid, id))
+            continue;
+        json_array_foreach(json_object_get(n, "models"), j, m) {
+            const char *mn = json_string_value(json_object_get(m, "name"));
+            if (mn && !strcmp(mn, model))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* --everywhere: asks the node at url to have every node copy the model,
+ * then waits until each node asked lists it.  0, or 1 after a message. */
+static int copy_everywhere(const char *url, const char *key, const char *model, uint64_t bytes,
+                           bool quiet)
+{
+    char body[600], err[600];
+    json_t *r, *asked;
+    snprintf(body, sizeof body, "{\"model\":\"%s\"}", model);  /* a plain file name */
+    if (cli_http_json("POST", url, "/v1/models/copy", key, body, 30, &r, err, sizeof err)) {
+        fprintf(stderr, "racimo: pull: --everywhere: %s\n", err);
+        return 1;
+    }
+    asked = json_object_get(r, "asked");
+    size_t n_asked = json_array_size(asked), n_done = 0;
+    if (!quiet)
+        fprintf(stderr, "copying %s to %zu node%s, peer to peer\n", model, n_asked,
+                n_asked == 1 ? "" : "s");
+    /* a generous deadline: 2 minutes, and 1 MB/s for the bytes */
+    uint64_t deadline = os_now_ns() + (120 + bytes / 1000000) * 1000000000ull;
+    bool *seen = calloc(n_asked ? n_asked : 1, sizeof *seen);
+    while (seen && n_done < n_asked && os_now_ns() < deadline && !interrupted) {
+        json_t *v;
+        if (!cli_http_json("GET", url, "/v1/cluster", key, NULL, 10, &v, err, sizeof err)) {
+            for (size_t i = 0; i < n_asked; i++) {
+                const char *who = json_string_value(json_array_get(asked, i));
+                if (!seen[i] && who && lists(v, who, model)) {
+                    seen[i] = true;
+                    n_done++;
+                    if (!quiet)
+                        fprintf(stderr, "%s: has a verified copy (%zu/%zu)\n", who, n_done,
+                                n_asked);
+                }
+            }
+            json_decref(v);
+        }
+        if (n_done < n_asked)
+            os_sleep_ms(500);
+    }
+    for (size_t i = 0; seen && i < n_asked; i++)
+        if (!seen[i])
+            fprintf(stderr, "racimo: pull: --everywhere: %s has no copy of %s yet (its log says "
+                    "why: no room?)\n", json_string_value(json_array_get(asked, i)), model);
+    int rc = seen && n_done == n_asked ? 0 : 1;
+    free(seen);
+    json_decref(r);
+    return rc;
+}
+
 int cmd_pull(int argc, char **argv)
 {
     const char *name = NULL, *file = NULL, *dir = NULL;
+    const char *url = "http://127.0.0.1:8080", *key = getenv("RACIMO_API_KEY");
+    bool everywhere = false;
     hub_config cfg;
     hub_config_default(&cfg);
     progress_out po = { .tty = isatty(2), .last_index = -1 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = !strcmp(a, "--file") || !strcmp(a, "--token") || !strcmp(a, "--models-dir");
+        bool takes = !strcmp(a, "--file") || !strcmp(a, "--token") || !strcmp(a, "--models-dir") ||
+                     !strcmp(a, "--url") || !strcmp(a, "--api-key");
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -143,6 +221,12 @@ int cmd_pull(int argc, char **argv)
             cfg.token = val;
         else if (!strcmp(a, "--models-dir"))
             dir = val;
+        else if (!strcmp(a, "--url"))
+            url = val;
+        else if (!strcmp(a, "--api-key"))
+            key = val;
+        else if (!strcmp(a, "--everywhere"))
+            everywhere = true;
         else if (!strcmp(a, "--quiet"))
             po.quiet = true;
         else if (a[0] == '-' || name) {
@@ -198,8 +282,10 @@ int cmd_pull(int argc, char **argv)
         return cli_error("pull");
     char model[HUB_PATH_MAX];
     hub_model_name(&cfg, &plan, model, sizeof model);
-    printf("%s\n", model);
     if (!po.quiet)
         fprintf(stderr, "pulled: serve it as model '%s'\n", model);
+    if (everywhere && copy_everywhere(url, key, model, plan.total_bytes, po.quiet))
+        return 1;
+    printf("%s\n", model);
     return 0;
 }

@@ -146,7 +146,8 @@ typedef void (*cluster_msg_fn)(void *ud, const char *from_id, int type,
                                const uint8_t *data, size_t len);
 /* Registers the handler of the types [type_lo, type_hi] (before
  * cluster_start).  Ranges in use: 0x40-0x4f pipeline stages, 0x50-0x57
- * weight transfer, 0x58-0x5f API requests forwarded between nodes.  RC_ELIMIT
+ * weight transfer, 0x58-0x5f API requests forwarded between nodes, 0x60 model
+ * copies (api/copy.c).  RC_ELIMIT
  * past CLUSTER_MAX_HANDLERS, RC_EINVAL for a range outside 0x40-0x7f or one
  * that overlaps another. */
 #define CLUSTER_MAX_HANDLERS 8

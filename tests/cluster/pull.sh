@@ -5,7 +5,10 @@
 # Hub; the model then runs split over the three nodes (--min-nodes 3), nodes
 # 2 and 3 taking the bytes of their layers from node 1 over the LAN.  The
 # Hub's access log must show every byte of every part served once: nothing
-# was fetched twice from the internet's stand-in.
+# was fetched twice from the internet's stand-in.  Then `racimo pull
+# --everywhere` of a second model on node 1 leaves a whole verified copy on
+# every node, each copied peer to peer, and the Hub still served each byte
+# once.
 #
 # Prints "N passed, N failed, N skipped" last; logs stay in build/pull-e2e/.
 # Usage: tests/cluster/pull.sh (RACIMO_BIN).
@@ -36,7 +39,8 @@ start_node() {
 echo "pull e2e: namespaces $P-*, state in $T"
 # the model, as the Hub would hold it: 3 parts (and the whole, to compare)
 "$BIN" make-model --preset tiny --layers 6 --type Q8_0 -o "$T/whole.gguf" >/dev/null 2>&1 &&
-"$BIN" make-model --preset tiny --layers 6 --type Q8_0 --split 3 -o "$T/m-Q8_0.gguf" >/dev/null 2>&1 ||
+"$BIN" make-model --preset tiny --layers 6 --type Q8_0 --split 3 -o "$T/m-Q8_0.gguf" >/dev/null 2>&1 &&
+"$BIN" make-model --preset tiny --layers 3 --type F16 -o "$T/e-F16.gguf" >/dev/null 2>&1 ||
   { echo "make-model failed"; echo "0 passed, 1 failed"; exit 1; }
 ns_bridge
 for i in 1 2 3 20; do ns_host "n$i" "$i"; done
@@ -44,7 +48,7 @@ for i in 1 2 3; do mkdir -p "$T/n$i/models"; done
 
 # the Hub, at 10.77.0.20, logging every byte range its CDN sends
 ip netns exec "$P-n20" node tests/e2e/fake_hub.mjs 10.77.0.20 "$T/cdn.log" \
-  "$T"/m-Q8_0-0000{1,2,3}-of-00003.gguf >"$T/hub.out" 2>&1 &
+  "$T"/m-Q8_0-0000{1,2,3}-of-00003.gguf "$T/e-F16.gguf" >"$T/hub.out" 2>&1 &
 wait_for 20 grep -q "^ready " "$T/hub.out" || { cat "$T/hub.out"; echo "0 passed, 1 failed"; exit 1; }
 HUB=$(sed -n 's/^ready //p' "$T/hub.out")
 
@@ -77,19 +81,28 @@ for i in 2 3; do
   [ -n "$f" ] && ok "node $i holds the bytes of its layers, from the LAN ($f)" || bad "node $i has no copy"
 done
 
+# ---- --everywhere: a whole copy on every node, peer to peer ----
+if ip netns exec "$P-n1" env HF_ENDPOINT="$HUB" "$BIN" pull test/model --file e-F16.gguf \
+     --everywhere --url http://10.77.0.1:8080 --models-dir "$T/n1/models" >"$T/every.out" 2>"$T/every.log" &&
+   cmp -s "$T/n2/models/e-F16.gguf" "$T/e-F16.gguf" && cmp -s "$T/n3/models/e-F16.gguf" "$T/e-F16.gguf"; then
+  ok "racimo pull --everywhere: nodes 2 and 3 hold whole verified copies"
+else bad "racimo pull --everywhere: $(tail -3 "$T/every.log")"; fi
+wait_for 20 bash -c "$(declare -f view); P=$P; view 1 | jq -e '[.nodes[] | select(.models[]?.name == \"e-F16\")] | length == 3' >/dev/null" &&
+  ok "all three nodes list e-F16" || bad "all three nodes list e-F16"
+
 # ---- the Hub served each byte once ----
 # every range of the CDN log, by file: sorted, they must tile [0, size) exactly
 tiled=1
-for part in "$T"/m-Q8_0-0000{1,2,3}-of-00003.gguf; do
+for part in "$T"/m-Q8_0-0000{1,2,3}-of-00003.gguf "$T/e-F16.gguf"; do
   name=$(basename "$part") size=$(stat -c %s "$part")
   got=$(jq -r --arg f "$name" 'select(.file == $f) | "\(.start) \(.end)"' "$T/cdn.log" | sort -n |
         awk -v size="$size" 'BEGIN { at = 0; ok = 1 } { if ($1 != at) ok = 0; at = $2 } END { print (ok && at == size) ? "once" : "not once" }')
   [ "$got" = once ] || { tiled=0; echo "  $name: $(jq -c --arg f "$name" 'select(.file == $f)' "$T/cdn.log" | tr '\n' ' ')"; }
 done
 total=$(jq -s 'map(.end - .start) | add' "$T/cdn.log")
-parts=$(cat "$T"/m-Q8_0-0000{1,2,3}-of-00003.gguf | wc -c)
+parts=$(cat "$T"/m-Q8_0-0000{1,2,3}-of-00003.gguf "$T/e-F16.gguf" | wc -c)
 if [ "$tiled" = 1 ] && [ "$total" = "$parts" ]; then
-  ok "the Hub's access log shows each byte served once ($total bytes for 3 nodes)"
+  ok "the Hub's access log shows each byte served once ($total bytes for 3 nodes, 2 models)"
 else bad "bytes served: $total for $parts bytes of parts"; fi
 
 echo "$passed passed, $failed failed, 0 skipped"
