@@ -17,6 +17,10 @@ import { startHub } from './fake_hub.mjs';
 const sha = (b) => createHash('sha256').update(b).digest('hex');
 let hub, work, q8, q4, big;
 const sigint = { pid: 0, sent: false };
+// org/slow stops at half its bytes until the test releases it
+const slow = {};
+slow.halfway = new Promise((ok) => { slow.reached = ok; });
+slow.release = new Promise((ok) => { slow.go = ok; });
 
 function model(type, extra = []) {
   const p = join(work, `src-${type}-${extra.join('')}.gguf`);
@@ -40,6 +44,10 @@ before(async () => {
       'org/split': { files: Object.fromEntries(parts.map((p, i) => [`big-F32-0000${i + 1}-of-00003.gguf`, p])) },
       'org/cut': { cutOnce: ['cut-Q8_0.gguf'], files: { 'cut-Q8_0.gguf': q8 } },
       'org/wrong': { wrongSha: ['wrong-Q8_0.gguf'], files: { 'wrong-Q8_0.gguf': q8 } },
+      'org/slow': { files: { 'slow-F32.gguf': big }, onHalf: async () => {
+        slow.reached();
+        await slow.release;
+      } },
       'org/full': { files: { 'full-F32.gguf': big }, onHalf: async () => fillDisk() },
       'org/stop': { files: { 'stop-F32.gguf': big }, onHalf: async () => {
         if (sigint.pid && !sigint.sent) process.kill(sigint.pid, 'SIGINT');
@@ -297,6 +305,38 @@ test('the ollama client pulls through a node: progress, success, then it chats',
     // pulled again, it is back
     await ollama.pull({ model: 'hf.co/org/tiny-GGUF:Q4_K_M', stream: false });
     assert.ok((await ollama.list()).models.some((m) => m.name === 'tiny-Q4_K_M:latest'));
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('a client that leaves cancels the pull; the part stays and the next pull resumes it', async () => {
+  const dir = newDir();
+  const srv = await startServer(['--no-cluster'], { preload: false, env: { RACIMO_MODELS_DIR: dir, HF_ENDPOINT: hub.url, HF_TOKEN: '' } });
+  try {
+    const ac = new AbortController();
+    const r = await fetch(`${srv.url}/api/pull`, { method: 'POST', body: '{"model":"hf.co/org/slow"}', signal: ac.signal });
+    assert.equal(r.status, 200);
+    await slow.halfway;
+    ac.abort();
+    // the node notices, cancels; the CDN is then let go (its bytes are not wanted any more)
+    const logged = () => srv.log().includes('/api/pull') || srv.access().some((l) => l.path === '/api/pull');
+    for (let i = 0; i < 200 && !logged(); i++) await new Promise((ok) => setTimeout(ok, 50));
+    slow.go();
+    assert.ok(logged(), 'the pull ended');
+    assert.deepEqual(ggufs(dir), []);
+    assert.deepEqual(parts(dir), ['slow-F32.gguf.part']);
+    const kept = statSync(join(dir, '.partial', 'slow-F32.gguf.part')).size;
+    assert.ok(kept > 0 && kept < big.length, `${kept}`);
+    assert.equal(srv.access().find((l) => l.path === '/api/pull').status, 499);
+    // the server serves on, and a second pull resumes from the part
+    const before = hub.log.length;
+    const again = await fetch(`${srv.url}/v1/models/pull`, { method: 'POST', body: '{"model":"hf.co/org/slow"}' });
+    assert.equal(again.status, 200, await again.clone().text());
+    assert.deepEqual(await again.json(), { status: 'success', model: 'slow-F32' });
+    assert.ok(readFileSync(join(dir, 'slow-F32.gguf')).equals(big));
+    const resumed = hub.log.slice(before).filter((l) => l.file === 'slow-F32.gguf');
+    assert.equal(resumed[0].start, kept, JSON.stringify(resumed));
   } finally {
     await srv.stop();
   }
