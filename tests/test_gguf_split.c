@@ -59,6 +59,15 @@ TEST(gguf_split_and_join)
     free(a);
     free(b);
 
+    /* a part alone is not a model, and says how to make one */
+    gguf_file *p1;
+    model_hparams hp;
+    CHECK_OK(gguf_open(parts[0], &p1));
+    CHECK_INT(model_read_hparams(p1, &hp), ==, RC_EUNSUPPORTED);
+    CHECK(strstr(rc_errmsg(), "part 1 of 3 of a split model"));
+    CHECK(strstr(rc_errmsg(), "racimo join"));
+    gguf_close(p1);
+
     /* out of order, one missing, one of another split */
     const char *swapped[3] = { parts[1], parts[0], parts[2] };
     CHECK_INT(gguf_join(swapped, 3, out), ==, RC_EFORMAT);

@@ -25,6 +25,7 @@ int cmd_instances(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
+int cmd_join(int argc, char **argv);
 
 /* Prints "racimo: <msg>" for the current error detail and returns 1. */
 int cli_error(const char *what);

@@ -24,6 +24,7 @@ static const struct {
     { "template",   cmd_template,   "print the prompt a model sees for chat messages" },
     { "logits",     cmd_logits,     "compute the logits of token ids with a GGUF model" },
     { "bench",      cmd_bench,      "measure prompt and generation speed against the bandwidth roof" },
+    { "join",       cmd_join,       "join the parts of a split GGUF model into one file" },
     { "make-model", cmd_make_model, "write a random-weight GGUF model (tests, benchmarks)" },
 };
 
