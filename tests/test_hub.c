@@ -104,6 +104,8 @@ TEST(hub_pick_hostile_listings)
         "[{\"type\":\"file\",\"path\":\"a-Q4_K_M.gguf\",\"size\":1,\"lfs\":{\"oid\":\"abc\",\"size\":1}}]",
         /* two models, none Q4_K_M */
         "[" ENTRY("a-Q8_0.gguf", 1) "," ENTRY("a-Q6_K.gguf", 1) "]",
+        /* a split model without a name */
+        "[" ENTRY("x/-00001-of-00002.gguf", 1) "," ENTRY("x/-00002-of-00002.gguf", 1) "]",
         /* two parts with the same base name in two folders */
         "[" ENTRY("x/a-00001-of-00002.gguf", 1) "," ENTRY("y/a-00002-of-00002.gguf", 1) "]",
     };

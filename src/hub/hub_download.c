@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
@@ -258,6 +259,12 @@ static int fetch_one(const hub_config *cfg, const hub_plan *plan, int index, uin
     x.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (x.fd < 0)
         return rc_fail(RC_EIO, "%s: %s", part, strerror(errno));
+    /* two pulls of one file (two clients, a CLI and a node) would write the
+     * same part: the second is refused while the first holds the lock */
+    if (flock(x.fd, LOCK_EX | LOCK_NB)) {
+        close(x.fd);
+        return rc_fail(RC_ESTATE, "%s: another pull of this file is running", f->name);
+    }
     if ((rc = rehash_part(&x, part)))
         goto out;
     x.rate_b0 = x.have;

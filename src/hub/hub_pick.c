@@ -295,6 +295,9 @@ int hub_pick(const char *tree_json, const hub_ref *ref, const char *file, hub_pl
     }
     snprintf(out->repo, sizeof out->repo, "%s", ref->repo);
     rc = take_set(tree, key, out);
+    if (!rc && out->n_files > 1 && (!*base_name(key) || *base_name(key) == '.'))
+        rc = rc_fail(RC_EFORMAT, "the split model %s has no name before its part numbers",
+                     log_clean(key));
     if (!rc)
         snprintf(out->set_name, sizeof out->set_name, "%.*s%s", HUB_PATH_MAX - 8, base_name(key),
                  out->n_files > 1 ? ".gguf" : "");

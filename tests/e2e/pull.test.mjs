@@ -19,6 +19,7 @@ let hub, work, q8, q4, big;
 const sigint = { pid: 0, sent: false };
 // org/slow stops at half its bytes until the test releases it
 const slow = {};
+const twice = {};
 slow.halfway = new Promise((ok) => { slow.reached = ok; });
 slow.release = new Promise((ok) => { slow.go = ok; });
 
@@ -47,6 +48,10 @@ before(async () => {
       'org/slow': { files: { 'slow-F32.gguf': big }, onHalf: async () => {
         slow.reached();
         await slow.release;
+      } },
+      'org/twice': { files: { 'twice-Q8_0.gguf': q8 }, onHalf: async () => {
+        // a second pull of the same file while the first is halfway
+        twice.second = await pull(['hf.co/org/twice'], { dir: twice.dir });
       } },
       'org/full': { files: { 'full-F32.gguf': big }, onHalf: async () => fillDisk() },
       'org/stop': { files: { 'stop-F32.gguf': big }, onHalf: async () => {
@@ -340,4 +345,13 @@ test('a client that leaves cancels the pull; the part stays and the next pull re
   } finally {
     await srv.stop();
   }
+});
+
+test('a second pull of a file being pulled is refused; the first completes', async () => {
+  twice.dir = newDir();
+  const r = await pull(['hf.co/org/twice'], { dir: twice.dir });
+  assert.equal(r.code, 0, r.err);
+  assert.ok(readFileSync(join(twice.dir, 'twice-Q8_0.gguf')).equals(q8));
+  assert.equal(twice.second.code, 1);
+  assert.match(twice.second.err, /another pull of this file is running/);
 });
