@@ -53,6 +53,8 @@ export async function startHub({ repos, host = '127.0.0.1', pageSize = 3, logFil
     const key = `${b.repo}/${b.path}`;
     const record = (s, e) => {
       const line = { file: b.path, start: s, end: e };
+      // the Hub's token must never reach the CDN (another host)
+      if (req.headers.authorization) line.authorization = req.headers.authorization;
       log.push(line);
       if (logFile) appendFileSync(logFile, JSON.stringify(line) + '\n');
     };

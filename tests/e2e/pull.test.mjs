@@ -134,9 +134,13 @@ test('a gated repository needs a token; a wrong one is refused', async () => {
   assert.equal(r.code, 1);
   assert.match(r.err, /token was refused/);
   assert.deepEqual(ggufs(dir), []);
+  const before = hub.log.length;
   r = await pull(['hf.co/org/gated:Q8_0'], { dir, env: { HF_TOKEN: 'hf_secret' } });
   assert.equal(r.code, 0, r.err);
   assert.ok(readFileSync(join(dir, 'gated-Q8_0.gguf')).equals(q8));
+  const cdn = hub.log.slice(before).filter((l) => l.file === 'gated-Q8_0.gguf');
+  assert.equal(cdn.length, 1);
+  assert.equal(cdn[0].authorization, undefined, 'the token stays with the Hub');
 });
 
 test('a split model comes whole: every part verified, joined into one file', async () => {
