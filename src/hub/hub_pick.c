@@ -202,8 +202,8 @@ static bool is_gguf_file(json_t *e)
     const char *type = json_string_value(json_object_get(e, "type"));
     const char *path = json_string_value(json_object_get(e, "path"));
     size_t len = path ? strlen(path) : 0;
-    return path && (!type || !strcmp(type, "file")) && len > 5 &&
-           !strcasecmp(path + len - 5, ".gguf");
+    /* ".gguf" exactly: the model scans take nothing else */
+    return path && (!type || !strcmp(type, "file")) && len > 5 && !strcmp(path + len - 5, ".gguf");
 }
 
 /* A list of the repository's GGUF sets for error messages. */
@@ -298,9 +298,11 @@ int hub_pick(const char *tree_json, const hub_ref *ref, const char *file, hub_pl
     if (!rc && out->n_files > 1 && (!*base_name(key) || *base_name(key) == '.'))
         rc = rc_fail(RC_EFORMAT, "the split model %s has no name before its part numbers",
                      log_clean(key));
-    if (!rc)
-        snprintf(out->set_name, sizeof out->set_name, "%.*s%s", HUB_PATH_MAX - 8, base_name(key),
-                 out->n_files > 1 ? ".gguf" : "");
+    if (!rc && out->n_files > 1)
+        snprintf(out->set_name, sizeof out->set_name, "%.*s.gguf", HUB_PATH_MAX - 8,
+                 base_name(key));
+    else if (!rc)
+        memcpy(out->set_name, out->files[0].name, sizeof out->set_name);
     for (int f = 0; !rc && f < out->n_files; f++)
         for (int g = 0; g < f; g++)
             if (!strcmp(out->files[f].name, out->files[g].name))
