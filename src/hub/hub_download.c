@@ -222,11 +222,22 @@ static void sync_dir(const char *dir)
     }
 }
 
+/* mkdir -p: ~/.racimo/models on a first pull needs ~/.racimo too. */
 static int make_dir(const char *dir)
 {
-    if (mkdir(dir, 0755) && errno != EEXIST)
-        return rc_fail(RC_EIO, "cannot create %s: %s", dir, strerror(errno));
-    return 0;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path)
+        return rc_fail(RC_ELIMIT, "%s: the path is too long", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p && *p != '/')
+            continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(path, 0755) && errno != EEXIST)
+            return rc_fail(RC_EIO, "cannot create %s: %s", path, strerror(errno));
+        if (!(*p = c))
+            return 0;
+    }
 }
 
 static int fetch_one(const hub_config *cfg, const hub_plan *plan, int index, uint64_t before,
