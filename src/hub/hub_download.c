@@ -14,6 +14,7 @@
  */
 #include "hub/hub_internal.h"
 #include "base/err.h"
+#include "base/mem.h"
 #include "base/os.h"
 
 #include <sodium.h>
@@ -136,19 +137,28 @@ static int rehash_part(xfer *x, const char *part)
             return rc_fail(RC_EIO, "%s: %s", part, strerror(errno));
         return 0;
     }
-    static __thread unsigned char buf[1 << 20];
-    while (x->have < size) {
-        size_t want = size - x->have < sizeof buf ? (size_t)(size - x->have) : sizeof buf;
+    /* on the heap: a thread-local buffer would take its size from every
+     * thread's stack (static TLS), in every thread of the process */
+    const size_t cap = 1u << 20;
+    unsigned char *buf = size ? rc_malloc(cap) : NULL;
+    int rc = 0;
+    if (size && !buf)
+        return rc_fail(RC_ENOMEM, "out of memory");
+    while (!rc && x->have < size) {
+        size_t want = size - x->have < cap ? (size_t)(size - x->have) : cap;
         ssize_t r = pread(x->fd, buf, want, (off_t)x->have);
-        if (r <= 0)
-            return rc_fail(RC_EIO, "%s: reading the partial download: %s", part,
-                           r ? strerror(errno) : "it shrank");
+        if (r <= 0) {
+            rc = rc_fail(RC_EIO, "%s: reading the partial download: %s", part,
+                         r ? strerror(errno) : "it shrank");
+            break;
+        }
         crypto_hash_sha256_update(&x->sha, buf, (size_t)r);
         x->have += (uint64_t)r;
         if (x->cfg->cancel && *x->cfg->cancel)
-            return rc_fail(RC_ESTATE, "cancelled");
+            rc = rc_fail(RC_ESTATE, "cancelled");
     }
-    return 0;
+    rc_free(buf);
+    return rc;
 }
 
 static void hex(const unsigned char *d, size_t n, char *out)
