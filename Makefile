@@ -23,9 +23,10 @@ ifeq ($(OS),Darwin)
 else
   CFLAGS_BASE += -D_GNU_SOURCE
 endif
+# -lcurl: racimo pull (HTTPS to Hugging Face: HTTP/2, redirects, proxies, resume).
 # -levent_openssl -lssl -lcrypto: racimo serve --tls-cert/--tls-key (HTTPS through
 # libevent's OpenSSL bufferevents) and https:// addresses in the CLI's clients
-LDLIBS  := -levent -levent_pthreads -levent_openssl -lssl -lcrypto -lsodium -lpcre2-8 \
+LDLIBS  := -lcurl -levent -levent_pthreads -levent_openssl -lssl -lcrypto -lsodium -lpcre2-8 \
            -ljansson -lm -pthread
 TEST_LDLIBS := $(if $(filter Darwin,$(OS)),,-lutil)
 
@@ -196,7 +197,8 @@ fuzz: $(FUZZ_BIN)
 
 # test-e2e: the real binary on real sockets, driven by the official openai,
 # ollama and @anthropic-ai/sdk npm packages and curl (tests/e2e, node's
-# built-in test runner).  The packages install from
+# built-in test runner); pull.test.mjs pulls from a fake Hugging Face Hub on
+# loopback (fake_hub.mjs), never the internet.  The packages install from
 # tests/e2e/package-lock.json on first use.
 # RACIMO_LOAD_SECONDS=60 lengthens the load test (default 15 s).
 test-e2e: build/rel/racimo
@@ -205,7 +207,7 @@ test-e2e: build/rel/racimo
 	  npm ci --no-audit --no-fund --loglevel=error; } && \
 	  RACIMO_BIN=$(CURDIR)/build/rel/racimo node --test --test-reporter=tap \
 	  openai.test.mjs ollama.test.mjs anthropic.test.mjs protocol.test.mjs load.test.mjs \
-	  structured.test.mjs embeddings.test.mjs
+	  structured.test.mjs embeddings.test.mjs pull.test.mjs
 
 # test-cluster: real nodes in network namespaces on a bridge (needs root):
 # discovery, refusals, avahi-browse, a rogue mDNS responder, SIGKILL and a
@@ -225,6 +227,14 @@ test-browser: build/rel/racimo
 # nodes under an address-space limit (tests/cluster/pipeline.sh).
 test-pipeline: build/rel/racimo build/rel/racimo-hooks
 	@RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/pipeline.sh
+
+# test-pull-cluster: one `racimo pull` for three nodes in network namespaces
+# (needs root): a fake Hugging Face Hub in a fourth namespace, the model then
+# split over the three, the Hub's log showing each byte served once
+# (tests/cluster/pull.sh).
+.PHONY: test-pull-cluster
+test-pull-cluster: build/rel/racimo
+	@RACIMO_BIN=build/rel/racimo tests/cluster/pull.sh
 
 # bench-pipeline: one node against a 2-node pipeline over links emulated as
 # none / 10 GbE / 1 GbE (needs root; bench/pipeline.sh, see BENCHMARKS.md).

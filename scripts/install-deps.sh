@@ -13,6 +13,8 @@ pkgs=(
   libevent-dev      # racimo serve: evhttp event loop (HTTP parsing, keep-alive, timeouts)
   curl              # e2e tests: SSE framing as a plain HTTP client sees it
   libsodium-dev     # cluster: key exchange, authentication and encryption between nodes
+  libcurl4-openssl-dev  # racimo pull: HTTPS downloads from Hugging Face (HTTP/2, redirects,
+                        # proxies, Range resumes)
   libssl-dev        # racimo serve --tls-cert/--tls-key: HTTPS (libevent-dev already brings
                     # libevent_openssl, its OpenSSL bufferevents, which links against this)
   openssl           # unit tests: the openssl command makes a self-signed certificate

@@ -68,6 +68,8 @@ typedef struct {
     double hw_price, hw_years;        /* --hw-price over --hw-years (0: no amortisation) */
     double cloud_price;               /* --cloud-price per million tokens; < 0: not set */
     const char *powercap_root;        /* NULL: /sys/class/powercap (tests give another) */
+    struct api_copies *copies;        /* with a cluster: whole copies of a model on every
+                                         node (api_copies_new) */
     bool test_forward_no_key;         /* tests only (racimo-hooks): requests this node
                                          forwards carry no API key proof, as from a member
                                          that drops the client's key */
@@ -108,6 +110,16 @@ void api_server_free(api_server *s);
 typedef struct api_forward api_forward;
 int  api_forward_new(struct cluster *c, api_forward **out);
 void api_forward_free(api_forward *f);          /* accepts NULL */
+
+/* Whole copies of a model on every node (copy.c, POST /v1/models/copy,
+ * `racimo pull --everywhere`; message type 0x60).  Made before
+ * cluster_start, given to the server as api_config.copies, freed after
+ * cluster_free (it joins the copies still running). */
+typedef struct api_copies api_copies;
+struct weights;
+int  api_copies_new(struct cluster *c, struct weights *w, const char *models_dir,
+                    api_copies **out);
+void api_copies_free(api_copies *a);            /* accepts NULL */
 
 /* Parses an --api-key-file: one key per line, blank lines and lines
  * starting with '#' ignored.  Appends rc_malloc'd strings to *keys (an

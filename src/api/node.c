@@ -17,6 +17,7 @@ struct node {
     pipeline *p;
     weights *w;
     api_forward *f;
+    api_copies *copies;
     api_server *s;
     bool created;
     char solo_why[256];
@@ -88,6 +89,11 @@ int node_start(const node_config *cfg, node **out)
             rc_wrap(rc, "forwarding: ");
             goto fail;
         }
+        if ((rc = api_copies_new(n->c, n->w, models_dir, &n->copies))) {
+            rc_wrap(rc, "copies: ");
+            goto fail;
+        }
+        n->api.copies = n->copies;
         n->api.cluster = n->c;
         n->api.pipeline = n->p;
         n->api.weights = n->w;
@@ -129,6 +135,7 @@ void node_free(node *n)
     pipeline_free(n->p);
     weights_free(n->w);
     api_forward_free(n->f);
+    api_copies_free(n->copies);
     rc_free(n);
 }
 

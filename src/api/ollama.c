@@ -8,6 +8,7 @@
 #include "tool_calls.h"
 #include "base/mem.h"
 #include "base/os.h"
+#include "model/model_size.h"
 #include "tensor/types.h"
 
 #include <string.h>
@@ -78,20 +79,14 @@ static int read_facts(api_server *s, const api_model *m, model_facts *f)
         f->embeds = hp.pooling != POOL_NONE;
     }
     /* parameters, and the weight type holding the most bytes */
-    uint64_t bytes_by_type[TT_COUNT] = { 0 };
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
         uint64_t n = 1;
         for (uint32_t d = 0; d < t->n_dims; d++)
             n *= (uint64_t)t->ne[d];
         f->n_params += n;
-        if (t->type < TT_COUNT && t->n_dims >= 2)
-            bytes_by_type[t->type] += t->size_bytes;
     }
-    int best = 0;
-    for (int t = 1; t < TT_COUNT; t++)
-        if (bytes_by_type[t] > bytes_by_type[best])
-            best = t;
+    int best = model_main_type(g);
     snprintf(f->quant, sizeof f->quant, "%s", tensor_type_name(best) ? tensor_type_name(best) : "?");
     gguf_str tpl;
     if (!own && m->lm.template_src)      /* what it renders with (--chat-template-file) */

@@ -17,10 +17,12 @@
 #include "text/chat_template.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_MODELS 4096
 
@@ -80,6 +82,8 @@ static int add_file(api_registry *r, const char *path, bool read_only, bool prel
         len -= 5;
     api_model *m = find_locked(r, base, len);
     if (m) {
+        if (m->deleted && !strcmp(m->path, path))
+            m->deleted = false;         /* the file is back (pulled again) */
         if (m->state == MODEL_AVAILABLE && !strcmp(m->path, path)) {
             m->size_bytes = (uint64_t)st.st_size;
             m->mtime = st.st_mtime;
@@ -183,6 +187,11 @@ static void add_cluster_models(api_registry *r)
         }
     }
     json_decref(view);
+}
+
+const char *registry_models_dir(const api_registry *r)
+{
+    return r->models_dir;
 }
 
 void registry_rescan(api_registry *r)
@@ -564,6 +573,8 @@ api_model *registry_find(api_registry *r, const char *name)
     for (int pass = 0; pass < 2; pass++) {
         pthread_mutex_lock(&r->mu);
         api_model *m = find_locked(r, name, len);
+        if (m && m->deleted)
+            m = NULL;
         pthread_mutex_unlock(&r->mu);
         if (m || pass)
             return m;
@@ -579,10 +590,9 @@ api_model **registry_list(api_registry *r, int *n)
     pthread_mutex_lock(&r->mu);
     api_model **list = rc_calloc((size_t)(r->n_models ? r->n_models : 1), sizeof *list);
     *n = 0;
-    if (list && r->n_models) {
-        memcpy(list, r->models, (size_t)r->n_models * sizeof *list);
-        *n = r->n_models;
-    }
+    for (int i = 0; list && i < r->n_models; i++)
+        if (!r->models[i]->deleted)
+            list[(*n)++] = r->models[i];
     pthread_mutex_unlock(&r->mu);
     return list;
 }
@@ -627,6 +637,41 @@ int registry_unload(api_registry *r, api_model *m)
     if (r->on_change)
         r->on_change(r->arg);
     return 0;
+}
+
+int registry_delete(api_registry *r, api_model *m)
+{
+    int rc = 0;
+    pthread_mutex_lock(&r->mu);
+    const char *base = strrchr(m->path, '/');
+    size_t dir_len = base ? (size_t)(base - m->path) : 0;
+    if (m->deleted)
+        rc = rc_fail(RC_ENOTFOUND, "model '%s' not found", m->name);
+    else if (m->remote)
+        rc = rc_fail(RC_ENOTFOUND, "model '%s' is not on this node (%s): delete it on the "
+                     "node that has it", m->name, m->path);
+    else if (m->read_only)
+        rc = rc_fail(RC_ESTATE, "model '%s' is in a read-only folder (%s): racimo never "
+                     "writes there", m->name, m->path);
+    else if (!r->models_dir || strlen(r->models_dir) != dir_len ||
+             strncmp(m->path, r->models_dir, dir_len))
+        rc = rc_fail(RC_ESTATE, "model '%s' is not in the models folder (%s): racimo deletes "
+                     "only what is there", m->name, m->path);
+    else if (m->state == MODEL_LOADING || m->state == MODEL_READY)
+        rc = rc_fail(RC_ESTATE, "model '%s' is %s: stop it first (POST /v1/instances/stop, "
+                     "racimo instances stop)", m->name,
+                     m->state == MODEL_READY ? "loaded" : "loading");
+    else if (unlink(m->path) != 0)
+        rc = rc_fail(RC_EIO, "%s: %s", m->path, strerror(errno));
+    else
+        m->deleted = true;
+    pthread_mutex_unlock(&r->mu);
+    if (!rc) {
+        rc_log(LOG_INFO, "model %s deleted (%s)", m->name, m->path);
+        if (r->on_change)
+            r->on_change(r->arg);
+    }
+    return rc;
 }
 
 void registry_unload_idle(api_registry *r, int idle_s)

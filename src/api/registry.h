@@ -56,6 +56,8 @@ typedef struct api_model {
     uint64_t size_bytes;
     time_t mtime;
     bool read_only;            /* found in a read-only folder */
+    bool deleted;              /* its file was deleted (registry_delete): not listed nor
+                                  found until the file is back (registry mutex) */
     bool preload;              /* given with -m: loads at start */
     struct api_registry *reg;
     int state;                 /* enum model_state (registry mutex) */
@@ -137,6 +139,10 @@ void registry_rescan(api_registry *r);
  * registry_free. */
 api_model *registry_find(api_registry *r, const char *name);
 
+/* The folder models are written to (pulls): --models-dir,
+ * $RACIMO_MODELS_DIR or ~/.racimo/models; NULL when there is none. */
+const char *registry_models_dir(const api_registry *r);
+
 /* The configuration the registry was made with. */
 const registry_config *registry_get_config(const api_registry *r);
 
@@ -158,6 +164,13 @@ api_model **registry_list(api_registry *r, int *n);
  * pipeline, whose stages end) is freed and it is AVAILABLE again.  0, or
  * RC_ESTATE with a detail (not loaded, or busy). */
 int registry_unload(api_registry *r, api_model *m);
+
+/* Deletes the file of a model of the models folder (DELETE /api/delete):
+ * refused (RC_ESTATE, a sentence why) for a model loaded or loading, one in
+ * a read-only folder or given with -m, or one only another node has
+ * (RC_ENOTFOUND).  The entry stays (pointers stay valid) but is neither
+ * listed nor found until a file of that name is back.  Thread safe. */
+int registry_delete(api_registry *r, api_model *m);
 
 /* Unloads READY models idle (no request) for idle_s seconds or more;
  * idle_s <= 0 does nothing.  Call it periodically. */

@@ -190,17 +190,23 @@ int api_read_key_file(const char *path, char ***keys, int *n)
 
 /* ---- small endpoints ---- */
 
-static void log_request(api_server *s, struct evhttp_request *req, const char *method,
-                        const char *path, int status, const char *key_id)
+void srv_log_request(api_server *s, const char *client, const char *method, const char *path,
+                     int status, const char *key_id)
 {
     metrics_request(s->metrics, path, status);
     if (!s->alog)
         return;
-    char client[64];
-    srv_peer(req, client, sizeof client);
     access_entry e = { .client = client, .key_id = key_id && key_id[0] ? key_id : NULL,
                        .method = method, .path = path, .status = status, .ttft_ms = -1 };
     access_log_write(s->alog, &e);
+}
+
+static void log_request(api_server *s, struct evhttp_request *req, const char *method,
+                        const char *path, int status, const char *key_id)
+{
+    char client[64];
+    srv_peer(req, client, sizeof client);
+    srv_log_request(s, client, method, path, status, key_id);
 }
 
 static const char *state_name(int st)
@@ -370,6 +376,36 @@ static int cluster(api_server *s, struct evhttp_request *req)
     return 200;
 }
 
+/* DELETE /api/delete (Ollama): {"model": NAME} ("name" in older clients);
+ * 200 with no body, as Ollama. */
+static int delete_model(api_server *s, struct evhttp_request *req, const char *body, size_t len)
+{
+    api_error e;
+    json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+    const char *name = json_string_value(json_object_get(o, "model"));
+    if (!name)
+        name = json_string_value(json_object_get(o, "name"));
+    api_model *m = name ? registry_find(s->reg, name) : NULL;
+    int rc = m ? registry_delete(s->reg, m) : 0;
+    if (!name)
+        api_fail(&e, 400, "missing_field", "model", "model is required");
+    else if (!m)
+        api_fail(&e, 404, "model_not_found", "model", "model '%.200s' not found", name);
+    else if (rc == RC_ENOTFOUND)
+        api_fail(&e, 404, "model_not_found", "model", "%s", rc_errmsg());
+    else if (rc)
+        api_fail(&e, rc == RC_EIO ? 500 : 409, "cannot_delete", "model", "%s", rc_errmsg());
+    json_decref(o);
+    if (name && m && !rc) {
+        if (s->cfg.cluster)
+            cluster_rescan_models(s->cfg.cluster);
+        http_reply_text(s, req, 200, "application/json", "", 0);
+        return 200;
+    }
+    http_reply_error(s, req, true, &e);
+    return e.status;
+}
+
 /* The placement wishes of a POST /v1/instances body: "split" ("layers",
  * "tensor", "auto"), "min_nodes" (1-PLACEMENT_MAX_STAGES) and "nodes" (ids
  * or names, at most PLACE_WISH_NODES); false with e set when one is
@@ -508,6 +544,10 @@ static const route routes[] = {
     { "/api/embed",           EVHTTP_REQ_POST, API_OLLAMA_EMBED },
     { "/api/embeddings",      EVHTTP_REQ_POST, API_OLLAMA_EMBEDDINGS },
     { "/v1/models",           EVHTTP_REQ_GET,  -1 },
+    { "/v1/models/pull",      EVHTTP_REQ_POST, -1 },
+    { "/v1/models/copy",      EVHTTP_REQ_POST, -1 },
+    { "/api/pull",            EVHTTP_REQ_POST, -1 },
+    { "/api/delete",          EVHTTP_REQ_DELETE, -1 },
     { "/v1/cluster",          EVHTTP_REQ_GET,  -1 },
     { "/v1/instances",        EVHTTP_REQ_POST, -1 },
     { "/v1/instances/stop",   EVHTTP_REQ_POST, -1 },
@@ -573,7 +613,8 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
         srv_cors_headers(s, req);
         if (evhttp_find_header(out, "Access-Control-Allow-Origin")) {
             const char *want = evhttp_find_header(in, "Access-Control-Request-Headers");
-            evhttp_add_header(out, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            evhttp_add_header(out, "Access-Control-Allow-Methods",
+                              "GET, POST, DELETE, OPTIONS");
             evhttp_add_header(out, "Access-Control-Allow-Headers",
                               want ? want : "Authorization, Content-Type");
             evhttp_add_header(out, "Access-Control-Max-Age", "600");
@@ -642,6 +683,12 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
         job_run(s, req, r->path, key_id, internal ? fwd_client(req) : NULL, &ar, ops[r->kind]);
         return;
     }
+    if (!strcmp(r->path, "/api/pull") || !strcmp(r->path, "/v1/models/pull")) {
+        /* answered (and logged) by pull.c when the pull ends */
+        if ((status = pull_start(s, req, r->path, key_id, data, len)))
+            log_request(s, req, "POST", r->path, status, key_id);
+        return;
+    }
     status = 200;
     if (!strcmp(r->path, "/health"))
         status = health(s, req);
@@ -655,6 +702,10 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
         status = openai_models(s, req, models_one ? path + 11 : NULL);
     else if (!strcmp(r->path, "/api/tags"))
         ollama_tags(s, req);
+    else if (!strcmp(r->path, "/v1/models/copy"))
+        status = copies_request(s, req, data, len);
+    else if (!strcmp(r->path, "/api/delete"))
+        status = delete_model(s, req, data, len);
     else if (!strcmp(r->path, "/api/ps"))
         ollama_ps(s, req);
     else if (!strcmp(r->path, "/api/version"))
@@ -830,8 +881,10 @@ void api_server_free(api_server *s)
     if (s->base)
         fwd_detach(s);              /* before the connections it answers on close */
     registry_free(s->reg);          /* engines end; their requests report on_done */
-    if (s->base)
+    if (s->base) {
+        pull_shutdown(s);
         job_shutdown(s);
+    }
     if (s->http)
         evhttp_free(s->http);
     if (s->http_local)

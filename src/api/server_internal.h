@@ -15,6 +15,8 @@
  *   cluster_admin.c  removing a node, rotating the cluster key
  *   dashboard.c the web dashboard's built-in files (/ and /ui/...)
  *   power.c     this node's power, the cost of its models' tokens
+ *   pull.c      POST /api/pull and /v1/models/pull: a thread per pull (src/hub)
+ *   copy.c      POST /v1/models/copy: whole copies on every node (message 0x60)
  *   forward.c   requests forwarded between nodes (and their API-key proofs)
  *   tls.c       HTTPS: OpenSSL contexts and bufferevents
  *
@@ -46,6 +48,7 @@
 #include "infer/stop.h"
 
 typedef struct api_job api_job;
+typedef struct api_pull api_pull;
 
 struct api_server {
     api_config cfg;
@@ -75,6 +78,7 @@ struct api_server {
     power_meter meter;
     double watts;                   /* this node's power now, < 0: unknown */
     uint64_t next_power_ns;
+    api_pull *pulls;                /* models being fetched (pull.c; event-loop thread) */
 };
 
 /* A logprobs record of one generated token. */
@@ -153,6 +157,18 @@ struct api_job {
     struct embed_job *embed;        /* an embeddings request's inputs (embed.c), or NULL */
 };
 
+/* ---- copy.c ---- */
+/* POST /v1/models/copy {"model"}: every node up without the model is asked
+ * to copy it from those that list it; 202 {model, asked, holders}. */
+int copies_request(api_server *s, struct evhttp_request *req, const char *body, size_t len);
+
+/* ---- pull.c ---- */
+/* POST /api/pull, /v1/models/pull: 0 when the pull started (answered when it
+ * ends), else the status of the error already sent. */
+int  pull_start(api_server *s, struct evhttp_request *req, const char *path, const char *key_id,
+                const char *body, size_t len);
+void pull_shutdown(api_server *s);      /* cancels and joins every pull */
+
 /* ---- server.c ---- */
 void srv_cors_headers(api_server *s, struct evhttp_request *req);
 bool srv_is_ollama_path(const char *path);
@@ -162,6 +178,10 @@ bool srv_is_anthropic_path(const char *path);     /* /v1/messages... (a query ma
 const char *srv_bearer(struct evhttp_request *req);
 /* The connection's peer as "ADDRESS:PORT" ("?" when unknown). */
 void srv_peer(struct evhttp_request *req, char *out, size_t cap);
+/* A line of the access log and the request metrics, for requests answered
+ * later than their handler (pulls). */
+void srv_log_request(api_server *s, const char *client, const char *method, const char *path,
+                     int status, const char *key_id);
 
 /* The instances this node heads (model, plan, load, tokens/s, cost), published
  * to the cluster as "instances" of its STATE (once a second, from power.c). */

@@ -69,6 +69,14 @@ uint64_t os_current_rss_bytes(void);            /* 0 where unknown */
  * none) into buf; its length is returned, and the sender, the IP TTL (-1
  * where the platform does not tell) and the arrival interface index (0 when
  * unknown) are stored. */
+/* A short tag kept with a file by the file system (an extended attribute,
+ * "user.racimo.NAME" on Linux, "racimo.NAME" on macOS): `racimo pull`
+ * records the sha256 it verified.  Set: 0, or -1 with errno (ENOTSUP on
+ * file systems without attributes; callers go on without).  Get: the
+ * tag's length (at most cap bytes read), or -1 with errno. */
+int  os_file_tag_set(int fd, const char *name, const void *value, size_t len);
+long os_file_tag_get(int fd, const char *name, void *value, size_t cap);
+
 struct sockaddr_in;
 typedef struct {
     int ttl;

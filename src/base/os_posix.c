@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__APPLE__)
@@ -363,4 +364,37 @@ int os_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
         off += (uint64_t)r;
     }
     return 0;
+}
+
+/* Linux keeps unprivileged attributes in the "user." namespace; macOS has
+ * no namespaces and two more arguments (position, options). */
+static void tag_name(const char *name, char *out, size_t cap)
+{
+#if defined(__APPLE__)
+    snprintf(out, cap, "racimo.%s", name);
+#else
+    snprintf(out, cap, "user.racimo.%s", name);
+#endif
+}
+
+int os_file_tag_set(int fd, const char *name, const void *value, size_t len)
+{
+    char full[128];
+    tag_name(name, full, sizeof full);
+#if defined(__APPLE__)
+    return fsetxattr(fd, full, value, len, 0, 0);
+#else
+    return fsetxattr(fd, full, value, len, 0);
+#endif
+}
+
+long os_file_tag_get(int fd, const char *name, void *value, size_t cap)
+{
+    char full[128];
+    tag_name(name, full, sizeof full);
+#if defined(__APPLE__)
+    return (long)fgetxattr(fd, full, value, cap, 0, 0);
+#else
+    return (long)fgetxattr(fd, full, value, cap);
+#endif
 }

@@ -22,6 +22,10 @@ int cmd_token(int argc, char **argv);
 int cmd_nodes(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_instances(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_join(int argc, char **argv);
 
 /* Prints "racimo: <msg>" for the current error detail and returns 1. */
 int cli_error(const char *what);

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -93,10 +94,15 @@ int cli_http(const char *method, const char *url, const char *path, const char *
         evhttp_add_header(h, "Authorization", auth);
     }
     if (body) {
+        /* libevent adds Content-Length itself only for POST and PUT */
+        char n[24];
+        snprintf(n, sizeof n, "%zu", strlen(body));
         evhttp_add_header(h, "Content-Type", "application/json");
+        evhttp_add_header(h, "Content-Length", n);
         evbuffer_add(evhttp_request_get_output_buffer(req), body, strlen(body));
     }
-    enum evhttp_cmd_type cmd = !strcmp(method, "POST") ? EVHTTP_REQ_POST : EVHTTP_REQ_GET;
+    enum evhttp_cmd_type cmd = !strcmp(method, "POST") ? EVHTTP_REQ_POST
+                             : !strcmp(method, "DELETE") ? EVHTTP_REQ_DELETE : EVHTTP_REQ_GET;
     if (evhttp_make_request(conn, req, cmd, path)) {
         snprintf(err, cap, "cannot send the request");
         goto out;
@@ -149,4 +155,33 @@ int cli_http_json(const char *method, const char *url, const char *path, const c
         *out = v;
     rc_free(r.body);
     return rc;
+}
+
+int cli_node_args(int argc, char **argv, const char *cmd, void (*usage)(FILE *),
+                  const char **url, const char **key, const char **rest, int max_rest,
+                  int *exit_code)
+{
+    int n = 0;
+    *url = "http://127.0.0.1:8080";
+    *key = getenv("RACIMO_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            *exit_code = 0;
+            return -1;
+        } else if (!strcmp(a, "--url") && i + 1 < argc) {
+            *url = argv[++i];
+        } else if (!strcmp(a, "--api-key") && i + 1 < argc) {
+            *key = argv[++i];
+        } else if (a[0] != '-' && n < max_rest) {
+            rest[n++] = a;
+        } else {
+            fprintf(stderr, "racimo: %s: unexpected '%s'\n", cmd, a);
+            usage(stderr);
+            *exit_code = 2;
+            return -1;
+        }
+    }
+    return n;
 }

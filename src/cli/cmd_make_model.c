@@ -3,12 +3,14 @@
  * writer. */
 #include "cli.h"
 #include "base/err.h"
+#include "model/gguf.h"
 #include "model/synth.h"
 #include "tensor/types.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -26,13 +28,37 @@ static void usage(FILE *f)
         "                    tiny-qwen3-embed presets have it already)\n"
         "  --no-weights      write the head only, the data a hole (sparse): the real\n"
         "                    shapes of a model too large to write, for `racimo plan`\n"
+        "  --split N         write N parts PREFIX-00001-of-0000N.gguf... (llama.cpp's\n"
+        "                    split layout) instead of one file; -o names the\n"
+        "                    whole (PREFIX.gguf), which is not kept\n"
         "  -o FILE           output path\n", synth_preset_names());
+}
+
+/* The model just written at `out` as n parts next to it, the whole removed. */
+static int write_split(const char *out, int n)
+{
+    char prefix[4096];
+    size_t len = strlen(out);
+    if (len > 5 && !strcasecmp(out + len - 5, ".gguf"))
+        len -= 5;
+    snprintf(prefix, sizeof prefix, "%.*s", (int)len, out);
+    gguf_file *f;
+    int rc = gguf_open(out, &f);
+    if (!rc)
+        rc = gguf_split_write(f, n, prefix);
+    gguf_close(f);
+    unlink(out);
+    if (rc)
+        return cli_error("make-model");
+    fprintf(stderr, "wrote %s-00001-of-%05d.gguf ... %s-%05d-of-%05d.gguf\n", prefix, n, prefix,
+            n, n);
+    return 0;
 }
 
 int cmd_make_model(int argc, char **argv)
 {
     const char *preset = NULL, *type = "F32", *out = NULL, *pooling = NULL;
-    long layers = 0, vocab = 0, seed = 1;
+    long layers = 0, vocab = 0, seed = 1, split = 0;
     int head_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -45,6 +71,7 @@ int cmd_make_model(int argc, char **argv)
         else if (!strcmp(a, "--no-weights")) head_only = 1;
         else if (!strcmp(a, "--layers") && has && !cli_parse_int(argv[i + 1], 1, 4096, &layers)) i++;
         else if (!strcmp(a, "--vocab") && has && !cli_parse_int(argv[i + 1], 300, 1 << 24, &vocab)) i++;
+        else if (!strcmp(a, "--split") && has && !cli_parse_int(argv[i + 1], 1, 999, &split)) i++;
         else if (!strcmp(a, "--seed") && has && !cli_parse_int(argv[i + 1], 0, 1L << 62, &seed)) i++;
         else {
             fprintf(stderr, "racimo: make-model: unknown, incomplete or invalid option '%s'\n", a);
@@ -84,6 +111,8 @@ int cmd_make_model(int argc, char **argv)
     }
     if (head_only ? synth_write_head(out, &p) : synth_write(out, &p))
         return cli_error("make-model");
+    if (split)
+        return write_split(out, (int)split);
     fprintf(stderr, "wrote %s\n", out);
     return 0;
 }

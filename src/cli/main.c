@@ -17,10 +17,14 @@ static const struct {
     { "nodes",      cmd_nodes,      "list the nodes and links of the cluster a running server is in" },
     { "plan",       cmd_plan,       "show which nodes would run which layers of a model" },
     { "instances",  cmd_instances,  "start, stop and list the models a running node serves" },
+    { "ls",         cmd_ls,         "list every model of the cluster: node, size, type, sha256" },
+    { "rm",         cmd_rm,         "delete a model from a running node's models folder" },
+    { "pull",       cmd_pull,       "download a GGUF model from Hugging Face into the models folder" },
     { "token",      cmd_token,      "print this node's cluster join token" },
     { "template",   cmd_template,   "print the prompt a model sees for chat messages" },
     { "logits",     cmd_logits,     "compute the logits of token ids with a GGUF model" },
     { "bench",      cmd_bench,      "measure prompt and generation speed against the bandwidth roof" },
+    { "join",       cmd_join,       "join the parts of a split GGUF model into one file" },
     { "make-model", cmd_make_model, "write a random-weight GGUF model (tests, benchmarks)" },
 };
 

@@ -677,7 +677,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         c->next_mem_ns = now + 2000 * MS;
         c->next_state_ns = 0;
     }
-    if (now >= c->next_scan_ns) {
+    pthread_mutex_lock(&c->mu);
+    bool scan_soon = c->scan_soon;
+    c->scan_soon = false;
+    pthread_mutex_unlock(&c->mu);
+    if (now >= c->next_scan_ns || scan_soon) {
         json_t *m = exports_scan(c->exports);
         pthread_mutex_lock(&c->mu);
         if (m && !json_equal(m, c->models)) {
@@ -1321,6 +1325,13 @@ const char *cluster_state_path(const struct cluster *c)
 struct exports *cluster_exports(const struct cluster *c)
 {
     return c->exports;
+}
+
+void cluster_rescan_models(struct cluster *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->scan_soon = true;
+    pthread_mutex_unlock(&c->mu);
 }
 
 const char *cluster_models_dir(const struct cluster *c)

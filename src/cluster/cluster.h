@@ -161,7 +161,8 @@ typedef void (*cluster_msg_fn)(void *ud, const char *from_id, int type,
                                const uint8_t *data, size_t len);
 /* Registers the handler of the types [type_lo, type_hi] (before
  * cluster_start).  Ranges in use: 0x40-0x4f pipeline stages, 0x50-0x57
- * weight transfer, 0x58-0x5f API requests forwarded between nodes.  RC_ELIMIT
+ * weight transfer, 0x58-0x5f API requests forwarded between nodes, 0x60 model
+ * copies (api/copy.c).  RC_ELIMIT
  * past CLUSTER_MAX_HANDLERS, RC_EINVAL for a range outside 0x40-0x7f or one
  * that overlaps another. */
 #define CLUSTER_MAX_HANDLERS 8
@@ -220,6 +221,11 @@ const char *cluster_state_path(const struct cluster *c);
  * until cluster_free). */
 struct exports;
 struct exports *cluster_exports(const struct cluster *c);
+
+/* Asks the cluster thread to look at the model folders at its next tick
+ * (instead of within 10 s): a model was just added (a pull), and the other
+ * nodes should hear of it.  Any thread. */
+void cluster_rescan_models(struct cluster *c);
 
 /* The models folder this node uses (valid until cluster_free). */
 const char *cluster_models_dir(const struct cluster *c);

@@ -219,6 +219,7 @@ struct cluster {
     json_t *published_stable;                 /* mu: {key: the part whose change is sent
                                                  at once} */
     bool self_dirty;                          /* mu: send STATE now */
+    bool scan_soon;                           /* mu: look at the model folders now */
     uint64_t next_state_ns, next_scan_ns, next_mem_ns;
     uint64_t n_came_up;                       /* nodes that came up, ever (mu) */
     bool peers_dirty;

@@ -9,7 +9,9 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/os.h"
 #include "model/gguf.h"
+#include "model/model_size.h"
 #include "model/ranges.h"
 #include "tensor/types.h"
 
@@ -33,7 +35,8 @@ typedef struct {
     int fd;                       /* -1: held back by the allow-list (not opened) */
     export_stat st;
     char family[32];              /* general.architecture ("" when unreadable) */
-    char type[16];                /* the tensor type holding most of its bytes */
+    char type[16];                /* the weight type holding the most bytes ("" unknown) */
+    char sha256[65];              /* the sha256 `racimo pull` verified ("" unknown) */
 } entry;
 
 struct exports {
@@ -151,40 +154,39 @@ static int take_old(exports *e, entry *x)
             fd = fcntl(e->e[i].fd, F_DUPFD_CLOEXEC, 0);
             memcpy(x->family, e->e[i].family, sizeof x->family);
             memcpy(x->type, e->e[i].type, sizeof x->type);
+            memcpy(x->sha256, e->e[i].sha256, sizeof x->sha256);
             break;
         }
     pthread_mutex_unlock(&e->mu);
     return fd;
 }
 
-/* What the file is, for people choosing a model (the dashboard's list):
- * its architecture and the tensor type that holds most of its bytes
- * (read from the head once, when the file is first listed).  Left empty
- * for a file that does not parse: it is listed anyway, and loading it says
- * what is wrong. */
+/* What a listing shows of a file first seen, for people choosing a model
+ * (the dashboard, `racimo ls`): its architecture and weight type (from
+ * the GGUF head, read once) and the sha256 `racimo pull` recorded beside
+ * it (an attribute of the file, on file systems that keep them).  Left
+ * empty for a file that does not parse: it is listed anyway, and loading
+ * it says what is wrong. */
 static void describe(entry *x)
 {
     gguf_file *f = NULL;
-    if (gguf_open_meta(x->path, &f))
-        return;
-    gguf_str arch;
-    if (!gguf_get_str(f, "general.architecture", &arch)) {
-        size_t n = arch.len < sizeof x->family - 1 ? (size_t)arch.len : sizeof x->family - 1;
-        for (size_t i = 0; i < n; i++)       /* text from a file: printable ASCII only */
-            x->family[i] = arch.ptr[i] > 32 && arch.ptr[i] < 127 ? arch.ptr[i] : '?';
-        x->family[n] = 0;
+    if (gguf_open_meta(x->path, &f) == 0) {
+        gguf_str arch;
+        if (!gguf_get_str(f, "general.architecture", &arch)) {
+            size_t n = arch.len < sizeof x->family - 1 ? (size_t)arch.len : sizeof x->family - 1;
+            for (size_t i = 0; i < n; i++)       /* text from a file: printable ASCII only */
+                x->family[i] = arch.ptr[i] > 32 && arch.ptr[i] < 127 ? arch.ptr[i] : '?';
+            x->family[n] = 0;
+        }
+        const char *t = tensor_type_name(model_main_type(f));
+        snprintf(x->type, sizeof x->type, "%s", t ? t : "");
+        gguf_close(f);
     }
-    uint64_t bytes[TT_COUNT] = { 0 };
-    for (uint64_t i = 0; i < f->n_tensors; i++)
-        if (f->tensors[i].type < TT_COUNT)
-            bytes[f->tensors[i].type] += f->tensors[i].size_bytes;
-    int best = -1;
-    for (int t = 0; t < TT_COUNT; t++)
-        if (bytes[t] && (best < 0 || bytes[t] > bytes[best]))
-            best = t;
-    if (best >= 0 && tensor_type_name(best))
-        snprintf(x->type, sizeof x->type, "%s", tensor_type_name(best));
-    gguf_close(f);
+    char v[65];
+    if (os_file_tag_get(x->fd, "sha256", v, 64) == 64 && strspn(v, "0123456789abcdef") == 64) {
+        memcpy(x->sha256, v, 64);
+        x->sha256[64] = 0;
+    }
 }
 
 /* Was `name` held back by the last scan too (then it is not logged again)? */
@@ -272,10 +274,11 @@ json_t *exports_scan(exports *e)
     }
     for (int i = 0; i < n; i++)
         if (v[i].fd >= 0)
-            json_array_append_new(arr, json_pack("{s:s, s:I, s:s*, s:s*}", "name", v[i].name,
+            json_array_append_new(arr, json_pack("{s:s, s:I, s:s*, s:s*, s:s*}", "name", v[i].name,
                                                  "size_bytes", (json_int_t)v[i].st.size,
                                                  "family", v[i].family[0] ? v[i].family : NULL,
-                                                 "type", v[i].type[0] ? v[i].type : NULL));
+                                                 "type", v[i].type[0] ? v[i].type : NULL,
+                                                 "sha256", v[i].sha256[0] ? v[i].sha256 : NULL));
     pthread_mutex_lock(&e->mu);
     entry *old = e->e;
     int n_old = e->n;

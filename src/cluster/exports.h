@@ -37,7 +37,9 @@ int exports_new(const char *models_dir, const char *ro_dirs, const char *allow, 
 void exports_free(exports *e);                  /* accepts NULL */
 
 /* Scans the folders again; returns the list to publish,
- * [{"name","size_bytes"}] (a new reference, NULL when out of memory).
+ * [{"name","size_bytes","type","sha256"}] (a new reference, NULL when out of
+ * memory; type: the weight type holding the most bytes, sha256: the one
+ * `racimo pull` verified, each left out when not known).
  * Logs once per name a model the allow-list keeps private.  Any thread. */
 json_t *exports_scan(exports *e);
 

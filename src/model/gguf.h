@@ -233,4 +233,20 @@ int gguf_writer_write_head(gguf_writer *w, const char *path);
 int gguf_writer_write_mem(gguf_writer *w, gguf_fill_fn fill, void *ctx,
                           uint8_t **out, size_t *out_size);
 
+/* ---- split models (gguf_split.c) ---- */
+
+/* Writes f (every tensor mapped: gguf_open) as n_parts files
+ * PREFIX-00001-of-0000N.gguf..., the tensors in order and spread evenly,
+ * the metadata in the first, split.no/split.count/split.tensors.count in
+ * each (llama.cpp's layout).  0, or the writer's codes. */
+int gguf_split_write(const gguf_file *f, int n_parts, const char *prefix);
+
+/* Joins the parts of a split model (paths in part order) into one GGUF file
+ * at `out` (written as `out`.tmp, then renamed): the first part's metadata
+ * without the split.* keys, every part's tensors in order.  RC_EFORMAT when
+ * a part is not the one expected (its number, the count, the tensor total,
+ * a tensor name used twice), the detail naming the file; gguf_open's codes
+ * for a part that does not parse; RC_EIO for the output. */
+int gguf_join(const char *const *paths, int n, const char *out);
+
 #endif

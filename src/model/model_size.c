@@ -195,3 +195,18 @@ uint64_t model_sizes_kv_bytes(const model_sizes *ms, int first, int last, uint64
 {
     return (uint64_t)(last - first) * ms->kv_bytes_per_token * tokens;
 }
+
+int model_main_type(const gguf_file *f)
+{
+    uint64_t bytes_by_type[TT_COUNT] = { 0 };
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (t->type < TT_COUNT && t->n_dims >= 2)
+            bytes_by_type[t->type] += t->size_bytes;
+    }
+    int best = 0;
+    for (int t = 1; t < TT_COUNT; t++)
+        if (bytes_by_type[t] > bytes_by_type[best])
+            best = t;
+    return best;
+}

@@ -68,6 +68,11 @@ uint64_t model_sizes_stage_bytes(const model_sizes *ms, int first, int last);
  * negligible, is left out). */
 uint64_t model_sizes_stage_decode_bytes(const model_sizes *ms, int first, int last);
 
+/* The tensor type (enum tensor_type) holding the most bytes among the
+ * matrices (2 dimensions or more): what a listing calls the model's
+ * quantisation (Q4_K, Q8_0...).  TT_F32 for a file without matrices. */
+int model_main_type(const gguf_file *f);
+
 /* KV cache bytes of layers [first, last) for `tokens` positions in all. */
 uint64_t model_sizes_kv_bytes(const model_sizes *ms, int first, int last, uint64_t tokens);
 

@@ -8,6 +8,37 @@
 
 now_ms() { date +%s%3N; }
 
+# A check's line, counted for the closing "N passed, N failed, N skipped".
+ok()   { passed=$((passed+1)); echo "ok   $*"; }
+bad()  { failed=$((failed+1)); echo "FAIL $*"; }
+skip() { skipped=$((skipped+1)); echo "skip $*"; }
+
+# ns_preflight NAME "TOOLS..." BINARIES...: ends the script, as skipped
+# without root or iproute2, as failed without a tool or a binary.
+ns_preflight() {
+  local name=$1 tools=$2 t; shift 2
+  if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
+    echo "$name: skipped (needs root and iproute2 for network namespaces)"
+    echo "0 passed, 0 failed, 1 skipped"; exit 0
+  fi
+  for t in $tools; do
+    command -v "$t" >/dev/null || { echo "$name: $t missing (scripts/install-deps.sh)"; echo "0 passed, 1 failed"; exit 1; }
+  done
+  for t in "$@"; do
+    [ -x "$t" ] || { echo "$name: $t not built"; echo "0 passed, 1 failed"; exit 1; }
+  done
+}
+
+# ns_finish LOGS FILES...: the end of a run: the namespaces go, FILES
+# (globs under $T) are kept in LOGS, $T is removed.
+ns_finish() {
+  local logs=$1 f; shift
+  ns_cleanup
+  mkdir -p "$logs"
+  for f in "$@"; do cp "$T"/$f "$logs"/ 2>/dev/null; done
+  rm -rf "$T"
+}
+
 # wait_for SECONDS COMMAND...: polls until the command succeeds
 wait_for() {
   local end=$(( $(now_ms) + $1 * 1000 )); shift

@@ -46,30 +46,19 @@ P=rp$$
 LOGS=build/pipeline-e2e
 passed=0 failed=0 skipped=0
 
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-  echo "pipeline e2e: skipped (needs root and iproute2 for network namespaces)"
-  echo "0 passed, 0 failed, 1 skipped"; exit 0
-fi
-for tool in curl jq prlimit; do
-  command -v $tool >/dev/null || { echo "pipeline e2e: $tool missing (scripts/install-deps.sh)"; echo "0 passed, 1 failed"; exit 1; }
-done
-[ -x "$BIN" ] || { echo "pipeline e2e: $BIN not built"; echo "0 passed, 1 failed"; exit 1; }
+source tests/cluster/netns.sh
+ns_preflight "pipeline e2e" "curl jq prlimit" "$BIN"
 
 T=$(mktemp -d /tmp/racimo-pipeline.XXXXXX)
-source tests/cluster/netns.sh
 REF_PID= REF32_PID=
 cleanup() {
   [ -n "$REF_PID" ] && kill -9 "$REF_PID" 2>/dev/null
   [ -n "$REF32_PID" ] && kill -9 "$REF32_PID" 2>/dev/null
-  ns_cleanup
-  mkdir -p "$LOGS" && cp "$T"/*.out "$T"/*.all "$LOGS"/ 2>/dev/null
-  rm -rf "$T"
+  ns_finish "$LOGS" '*.out' '*.all'
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ok()   { passed=$((passed+1)); echo "ok   $*"; }
-bad()  { failed=$((failed+1)); echo "FAIL $*"; }
 
 # start_node I [options...]: node I in namespace n$I with its own state dir
 # (prefix the command with PRE="prlimit --as=N" to limit it, NODE_BIN=... to

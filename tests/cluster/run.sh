@@ -42,30 +42,14 @@ P=rc$$
 LOGS=build/cluster-e2e
 passed=0 failed=0 skipped=0
 
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-  echo "cluster e2e: skipped (needs root and iproute2 for network namespaces)"
-  echo "0 passed, 0 failed, 1 skipped"; exit 0
-fi
-for tool in curl jq openssl; do
-  command -v $tool >/dev/null || { echo "cluster e2e: $tool missing (scripts/install-deps.sh)"; echo "0 passed, 1 failed"; exit 1; }
-done
-for b in "$BIN" "$HOOKS_BIN"; do
-  [ -x "$b" ] || { echo "cluster e2e: $b not built"; echo "0 passed, 1 failed"; exit 1; }
-done
+source tests/cluster/netns.sh
+ns_preflight "cluster e2e" "curl jq openssl" "$BIN" "$HOOKS_BIN"
 
 T=$(mktemp -d /tmp/racimo-cluster.XXXXXX)
-source tests/cluster/netns.sh
-cleanup() {
-  ns_cleanup
-  mkdir -p "$LOGS" && cp "$T"/*.log "$LOGS"/ 2>/dev/null
-  rm -rf "$T"
-}
+cleanup() { ns_finish "$LOGS" '*.log'; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ok()   { passed=$((passed+1)); echo "ok   $*"; }
-bad()  { failed=$((failed+1)); echo "FAIL $*"; }
-skip() { skipped=$((skipped+1)); echo "skip $*"; }
 id_of() { cat "$T/n$1/node.id"; }
 
 start_node() {  # I [options...]   (NODE_BIN=... to run another binary)
@@ -187,10 +171,10 @@ stop_node 5
 rm -rf "$T/n5"; mkdir -p "$T/n5/models"; cp "$T/n1/bench.json" "$T/n5/"; cp "$T/tiny.gguf" "$T/n5/models/"
 NODE_BIN=$HOOKS_BIN RACIMO_TEST_PROTOCOL=1.3 RACIMO_JOIN_TOKEN=$TOKEN start_node 5
 id5=$(id_of 5)
-if wait_for 10 grep -q "speaks racimo cluster protocol 2\.2, this node 1\.3" "$T/n5.out" && \
-   wait_for 5 grep -q "refused .*10.77.0.5.*speaks racimo cluster protocol 1\.3, this node 2\.2" "$T/n1.out" && \
+if wait_for 10 grep -q "speaks racimo cluster protocol 2\.3, this node 1\.3" "$T/n5.out" && \
+   wait_for 5 grep -q "refused .*10.77.0.5.*speaks racimo cluster protocol 1\.3, this node 2\.3" "$T/n1.out" && \
    [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 4; then
-  ok "a node of another protocol major version (1.3 against 2.2) is refused, saying which versions differ"
+  ok "a node of another protocol major version (1.3 against 2.3) is refused, saying which versions differ"
 else bad "version mismatch: $(grep -h "protocol 1.3" "$T/n1.out" "$T/n5.out" | head -n 3)"; fi
 stop_node 5
 
