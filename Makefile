@@ -90,6 +90,12 @@ $(BUILD)/racimo: $(CLI_OBJ) $(BUILD)/libracimo.a
 $(BUILD)/racimo_tests: $(TEST_OBJ) $(BUILD)/libracimo.a
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libracimo.a $(TEST_LDLIBS) $(LDLIBS)
 
+# racimo_swimsim: the membership simulation (tests/swimsim, tests/swim_net.c):
+# many nodes running src/cluster/swim.c in one process; BENCHMARKS.md's table.
+$(BUILD)/racimo_swimsim: $(BUILD)/tests/swimsim/main.o $(BUILD)/tests/swim_net.o $(BUILD)/libracimo.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+-include $(BUILD)/tests/swimsim/main.d
+
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ISA_CFLAGS) $(ISA_AVX2) -MMD -MP -c $< -o $@
