@@ -386,6 +386,8 @@ static void refute(swim *s, uint32_t inc, bool dead, uint64_t now)
     if (dead) heal_mode(s, now);
 }
 
+static void maybe_heal(swim *s, member *m, uint64_t now);
+
 static void apply_alive(swim *s, const uint8_t *id, uint32_t inc, const uint8_t *meta,
                         size_t meta_len, uint64_t now)
 {
@@ -401,14 +403,8 @@ static void apply_alive(swim *s, const uint8_t *id, uint32_t inc, const uint8_t 
         m->state = SWIM_ALIVE;
         s->n_state[SWIM_ALIVE]++;
         m->since_ms = now;
-    } else if (inc < m->inc) {
+    } else if (inc <= m->inc) {
         return;
-    } else if (inc == m->inc) {
-        /* a node makes one metadata per incarnation, but a packet's header
-         * may have told us the incarnation before its alive update brought
-         * the metadata: take the metadata, nothing else, at equal numbers */
-        if (m->state != SWIM_ALIVE || (m->meta_len == meta_len && !memcmp(m->meta, meta, meta_len)))
-            return;
     }
     int was = m->state;
     bool meta_changed = m->meta_len != meta_len || memcmp(m->meta, meta, meta_len);
@@ -417,6 +413,7 @@ static void apply_alive(swim *s, const uint8_t *id, uint32_t inc, const uint8_t 
     memcpy(m->meta, meta, meta_len);
     if (was != SWIM_ALIVE) set_state(s, m, SWIM_ALIVE, now);
     bcast(s, m, U_ALIVE, NULL);
+    if (was == SWIM_DEAD) maybe_heal(s, m, now);
     if (is_new) emit(s, SWIM_EV_JOIN, m);
     else if (was != SWIM_ALIVE) emit(s, SWIM_EV_ALIVE, m);
     else if (meta_changed) emit(s, SWIM_EV_UPDATE, m);
@@ -547,23 +544,6 @@ static void maybe_heal(swim *s, member *m, uint64_t now)
     }
 }
 
-/* The header's sender fields: its incarnation is first-hand news. */
-static void note_sender(swim *s, const hdr *h, uint64_t now)
-{
-    member *m = find(s, h->from);
-    if (!m) return;
-    if (h->from_inc > m->inc) {
-        int was = m->state;
-        m->inc = h->from_inc;
-        if (was != SWIM_ALIVE) {
-            set_state(s, m, SWIM_ALIVE, now);
-            bcast(s, m, U_ALIVE, NULL);
-            emit(s, SWIM_EV_ALIVE, m);
-            if (was == SWIM_DEAD) maybe_heal(s, m, now);
-        }
-    }
-}
-
 static relay *relay_find(swim *s, uint32_t seq)
 {
     for (int i = 0; i < MAX_RELAYS; i++)
@@ -624,7 +604,6 @@ int swim_recv(swim *s, const uint8_t *buf, size_t len, uint64_t now)
     }
     s->st.received++;
     if (s->left) return 0;
-    note_sender(s, &h, now);
     if ((h.you_state == SWIM_SUSPECT || h.you_state == SWIM_DEAD) && h.you_inc >= s->self->inc)
         refute(s, h.you_inc, h.you_state == SWIM_DEAD, now);
     if (h.type == P_PUSHPULL || h.type == P_PUSHPULL_REPLY) {
