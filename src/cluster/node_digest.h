@@ -10,7 +10,7 @@
  * are that much old, and a forwarded request that finds no slot is queued
  * at the replica as today).
  *
- * Layout (little-endian), format 1:
+ * Layout (big endian), format 1:
  *   u8 format (1), u8 n_models,
  *   u8 ipv4[4], u16 cluster_port, u16 http_port,
  *   u16 cores, u32 mem_total_mib, u32 mem_free_mib,

@@ -97,13 +97,14 @@ static uint64_t rnd(swim *s) { return rng_next(&s->rng); }
 
 static size_t rnd_below(swim *s, size_t n) { return n ? (size_t)(rnd(s) % n) : 0; }
 
+/* integers are big endian, as in the rest of the protocol */
 static void put32(uint8_t *p, uint32_t v)
 {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
 }
 static uint32_t get32(const uint8_t *p)
 {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
 static uint64_t id_hash(const uint8_t *id)
@@ -120,14 +121,14 @@ void swim_config_default(swim_config *cfg)
     cfg->probe_timeout_ms = 200;
     cfg->indirect_k = 3;
     cfg->retransmit_mult = 4;
-    cfg->suspicion_mult = 2;
+    cfg->suspicion_mult = 1.5;
     cfg->suspicion_max_mult = 4;
     cfg->awareness_max = 8;
     cfg->gossip_ms = 200;
     cfg->gossip_nodes = 3;
     cfg->pushpull_ms = 30000;
     cfg->reap_ms = 60000;
-    cfg->dead_probe_ms = 250;
+    cfg->dead_probe_ms = 125;
     cfg->packet_max = SWIM_PACKET_MAX;
 }
 
@@ -310,8 +311,8 @@ static void send_pkt(swim *s, int type, const uint8_t *to, uint32_t seq, const u
     size_t o = put_header(s, s->buf, type, to, seq, target);
     int n = 0;
     o += fill_updates(s, s->buf + o, s->cfg.packet_max - o, &n);
-    s->buf[47] = (uint8_t)n;
-    s->buf[48] = (uint8_t)(n >> 8);
+    s->buf[47] = (uint8_t)(n >> 8);
+    s->buf[48] = (uint8_t)n;
     s->st.sent++;
     s->st.bytes_sent += o;
     s->io.send(s->io.ctx, to, s->buf, o, false);
@@ -486,7 +487,7 @@ static uint64_t susp_timeout(const swim *s, const member *m)
     double n = (double)(s->n > 1 ? s->n : 1);
     double mn = s->cfg.suspicion_mult * fmax(1.0, log10(n)) * s->cfg.period_ms;
     double mx = s->cfg.suspicion_max_mult * mn;
-    int k = s->cfg.suspicion_mult + 1;            /* confirmations expected */
+    int k = 3;                                    /* confirmations expected */
     if ((size_t)k > s->n - 2 || s->n < 2) k = s->n > 2 ? (int)s->n - 2 : 0;
     if (k <= 0) return (uint64_t)mn;
     double t = mx - (mx - mn) * log((double)m->n_conf + 1) / log((double)k + 1);
@@ -540,7 +541,7 @@ static void maybe_heal(swim *s, member *m, uint64_t now)
     heal_mode(s, now);
     if (calm) {
         send_pushpull(s, m->id, P_PUSHPULL);
-        s->next_heal_pp = now + s->cfg.period_ms / 2;
+        s->next_heal_pp = now + s->cfg.period_ms / 4;
     }
 }
 
@@ -596,7 +597,7 @@ int swim_recv(swim *s, const uint8_t *buf, size_t len, uint64_t now)
     hdr h = {
         .type = buf[1], .from = buf + 2, .from_inc = get32(buf + 18), .seq = get32(buf + 22),
         .target = buf + 26, .you_state = buf[42], .you_inc = get32(buf + 43),
-        .n_up = buf[47] | buf[48] << 8,
+        .n_up = buf[47] << 8 | buf[48],
     };
     if (!memcmp(h.from, s->self->id, SWIM_ID_BYTES)) {
         s->st.bad++;
@@ -843,7 +844,7 @@ uint64_t swim_tick(swim *s, uint64_t now)
     if (now < s->heal_until && now >= s->next_heal_pp) {
         member *m = random_live(s, NULL, NULL);
         if (m) send_pushpull(s, m->id, P_PUSHPULL);
-        s->next_heal_pp = now + s->cfg.period_ms / 2;
+        s->next_heal_pp = now + s->cfg.period_ms / 4;
     }
     if (now >= s->next_dead_probe) {
         dead_probe(s);

@@ -53,14 +53,14 @@ typedef struct {
     uint32_t probe_timeout_ms;   /* wait for a direct ack before going indirect (200) */
     int indirect_k;              /* members asked for an indirect probe (3) */
     int retransmit_mult;         /* broadcasts sent mult * ceil(log10(N+1)) times (4) */
-    int suspicion_mult;          /* min suspicion = mult * log10(N) * period (2) */
-    int suspicion_max_mult;      /* max suspicion = this * min (6) */
+    double suspicion_mult;       /* min suspicion = mult * max(1, log10 N) * period (1.5) */
+    int suspicion_max_mult;      /* max suspicion = this * min (4) */
     int awareness_max;           /* Lifeguard health score bound (8) */
     uint32_t gossip_ms;          /* gossip interval (200) */
     int gossip_nodes;            /* members gossiped to per interval (3) */
     uint32_t pushpull_ms;        /* base push-pull interval, scaled with N (30000) */
     uint32_t reap_ms;            /* a dead member is forgotten after this (60000) */
-    uint32_t dead_probe_ms;      /* a dead member is pinged this often, to heal (1 period) */
+    uint32_t dead_probe_ms;      /* a random dead member is pinged this often, to heal (125) */
     size_t packet_max;           /* bytes per packet (SWIM_PACKET_MAX) */
 } swim_config;
 
