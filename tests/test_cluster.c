@@ -1318,6 +1318,21 @@ TEST_T(cluster_swim_beside_mesh, 60)
     usleep(1500 * 1000);                     /* several probe periods: nobody suspected */
     CHECK_INT(swim_count(a, "suspect") + swim_count(a, "dead"), ==, 0);
     CHECK_INT(swim_count(a, "refused"), ==, 0);
+    /* what b serves reaches a through b's SWIM digest: the free slots a
+     * router would use to reach a copy in one hop */
+    const char *names[] = { "tiny" };
+    int fr[] = { 3 }, sl[] = { 4 };
+    cluster_set_serving(b, names, fr, sl, 1);
+    long got = -1;
+    for (int t = 0; t < 5000 && got != 3; t += 20) {
+        json_t *s = cluster_snapshot(a);
+        json_t *m = json_object_get(json_object_get(json_object_get(s, "swim"), "serving"), "tiny");
+        got = m ? (long)json_integer_value(json_object_get(m, "free")) : -1;
+        if (m) CHECK_INT(json_integer_value(json_object_get(m, "nodes")), ==, 1);
+        json_decref(s);
+        usleep(20000);
+    }
+    CHECK_INT(got, ==, 3);
     /* a node stopping says so: the others see it left */
     cluster_free(c);
     wait_swim(a, "left", 1, 5000);

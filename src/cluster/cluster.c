@@ -1179,10 +1179,11 @@ json_t *cluster_snapshot(struct cluster *c)
         json_object_set_new(out, "key_rotation", cl__rotation_json(c));
         if (c->swim)
             json_object_set_new(out, "swim", json_pack(
-                "{s:I, s:I, s:I, s:I, s:I, s:I}", "alive", (json_int_t)c->swim_counts[0],
+                "{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "alive", (json_int_t)c->swim_counts[0],
                 "suspect", (json_int_t)c->swim_counts[1], "dead", (json_int_t)c->swim_counts[2],
                 "left", (json_int_t)c->swim_counts[3], "incarnation",
-                (json_int_t)c->swim_incarnation, "refused", (json_int_t)c->swim_bad));
+                (json_int_t)c->swim_incarnation, "refused", (json_int_t)c->swim_bad,
+                "serving", c->swim_serving ? json_deep_copy(c->swim_serving) : json_object()));
     }
     pthread_mutex_unlock(&c->mu);
     return out;
@@ -1529,6 +1530,7 @@ void cluster_free(struct cluster *c)
     json_decref(c->serving);
     json_decref(c->serving_free);
     json_decref(c->serving_slots);
+    json_decref(c->swim_serving);
     rc_free(c->ro_dirs);
     rc_free(c->plain);
     if (c->mu_init)

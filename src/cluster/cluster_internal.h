@@ -234,6 +234,7 @@ struct cluster {
     size_t swim_counts[4];                    /* mu: its members per state */
     uint32_t swim_incarnation;                /* mu */
     uint64_t swim_bad;                        /* mu: datagrams and packets refused */
+    json_t *swim_serving;                     /* mu: {model: {nodes, free}} from the digests */
 
     cl_revoked *revoked;                      /* mu: the cluster's revocation list */
     int n_revoked, n_revoked_done;            /* [0, done) applied on the cluster thread */

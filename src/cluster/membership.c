@@ -2,7 +2,7 @@
  * cluster port, datagrams sealed with the cluster key (swim_seal.c), its
  * timer on the cluster thread, push-pull exchanges over the TCP links
  * (message SWIM, 0x08), and this node's digest (node_digest.c) as its
- * metadata.
+ * metadata, rebuilt every REFRESH_MS and republished when it changed.
  *
  * Stage of issue 22: SWIM runs beside the full mesh of
  * docs/cluster-protocol.md section 6 and its view is reported
@@ -25,6 +25,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -43,7 +44,14 @@ struct cl_swim {
     uint8_t key[SWIM_SEAL_KEY_BYTES];
     uint8_t dgram[SWIM_PACKET_MAX + SWIM_SEAL_OVERHEAD], plain[SWIM_PACKET_MAX];
     uint64_t bad;                             /* datagrams refused */
+    uint8_t meta[SWIM_META_MAX];              /* the digest last published */
+    int meta_len;
+    uint64_t next_meta_ms, next_publish_ms;
 };
+
+/* how often the digest is rebuilt and the view published: free slots
+ * change with every request, and a period is as fresh as SWIM spreads */
+#define REFRESH_MS 500
 
 static uint64_t now_ms(void) { return os_now_ns() / 1000000; }
 
@@ -96,6 +104,31 @@ static void on_event(void *ctx, const swim_event *ev)
                ev->incarnation);
 }
 
+/* Per model served by alive members (their digests): nodes and free slots,
+ * what a router needs to reach a free copy in one hop. */
+static json_t *serving_view(swim *sw)
+{
+    json_t *out = json_object();
+    for (size_t i = 0; out && i < swim_n_members(sw); i++) {
+        swim_member_view v;
+        node_digest d;
+        if (swim_member_at(sw, i, &v) || v.state != SWIM_ALIVE ||
+            node_digest_decode(v.meta, v.meta_len, &d))
+            continue;
+        for (int j = 0; j < d.n_models; j++) {
+            json_t *agg = json_object_get(out, d.models[j].name);
+            if (!agg) {
+                agg = json_pack("{s:i, s:i}", "nodes", 0, "free", 0);
+                json_object_set_new(out, d.models[j].name, agg);
+            }
+            json_object_set_new(agg, "nodes", json_integer(json_integer_value(json_object_get(agg, "nodes")) + 1));
+            json_object_set_new(agg, "free", json_integer(json_integer_value(json_object_get(agg, "free")) +
+                                                          d.models[j].free));
+        }
+    }
+    return out;
+}
+
 static void publish(struct cluster *c)
 {
     struct cl_swim *m = c->swim;
@@ -103,7 +136,10 @@ static void publish(struct cluster *c)
     swim_counts(m->sw, counts);
     swim_stats st;
     swim_get_stats(m->sw, &st);
+    json_t *serving = serving_view(m->sw);
     pthread_mutex_lock(&c->mu);
+    json_decref(c->swim_serving);
+    c->swim_serving = serving;
     for (int i = 0; i < 4; i++) c->swim_counts[i] = counts[i];
     c->swim_incarnation = st.incarnation;
     c->swim_bad = m->bad + st.bad;
@@ -118,11 +154,29 @@ static void arm(struct cluster *c, uint64_t next)
     evtimer_add(c->swim->timer, &tv);
 }
 
+static int self_digest(struct cluster *c, uint8_t *out, size_t cap);
+
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct cluster *c = arg;
-    arm(c, swim_tick(c->swim->sw, now_ms()));
-    publish(c);
+    struct cl_swim *m = c->swim;
+    uint64_t now = now_ms();
+    if (now >= m->next_meta_ms) {
+        uint8_t meta[SWIM_META_MAX];
+        int ml = self_digest(c, meta, sizeof meta);
+        if (ml >= 0 && (ml != m->meta_len || memcmp(meta, m->meta, (size_t)ml))) {
+            if (swim_set_meta(m->sw, meta, (size_t)ml, now) == 0) {
+                memcpy(m->meta, meta, (size_t)ml);
+                m->meta_len = ml;
+            }
+        }
+        m->next_meta_ms = now + REFRESH_MS;
+    }
+    arm(c, swim_tick(m->sw, now));
+    if (now >= m->next_publish_ms) {
+        publish(c);
+        m->next_publish_ms = now + REFRESH_MS;
+    }
 }
 
 static void on_readable(evutil_socket_t fd, short what, void *arg)
@@ -150,8 +204,25 @@ static int self_digest(struct cluster *c, uint8_t *out, size_t cap)
     d.cores = (uint16_t)(c->hw.cores > 0 ? c->hw.cores : 0);
     d.mem_total_mib = (uint32_t)(c->hw.mem_total >> 20);
     d.mem_free_mib = (uint32_t)(c->hw.mem_free >> 20);
+    size_t i;
+    json_t *v;
+    json_array_foreach(c->serving, i, v) {
+        const char *name = json_string_value(v);
+        if (!name || !*name || strlen(name) > NODE_DIGEST_NAME_MAX || d.n_models == NODE_DIGEST_MODELS)
+            continue;
+        node_digest_model *dm = &d.models[d.n_models++];
+        snprintf(dm->name, sizeof dm->name, "%s", name);
+        json_int_t sl = json_integer_value(json_object_get(c->serving_slots, name));
+        json_int_t fr = json_integer_value(json_object_get(c->serving_free, name));
+        dm->slots = (uint16_t)(sl < 0 ? 0 : sl > CLUSTER_SLOTS_MAX ? CLUSTER_SLOTS_MAX : sl);
+        dm->free = (uint16_t)(fr < 0 ? 0 : fr > dm->slots ? dm->slots : fr);
+    }
     pthread_mutex_unlock(&c->mu);
-    return node_digest_encode(&d, out, cap);
+    /* models that do not fit the metadata are left out, last first */
+    int n;
+    while ((n = node_digest_encode(&d, out, cap)) == RC_ELIMIT && d.n_models > 0)
+        d.n_models--;
+    return n;
 }
 
 int cl__swim_start(struct cluster *c)
@@ -181,6 +252,10 @@ int cl__swim_start(struct cluster *c)
     uint64_t seed;
     randombytes_buf(&seed, sizeof seed);
     c->swim = m;
+    if (ml >= 0) {
+        memcpy(m->meta, meta, (size_t)ml);
+        m->meta_len = ml;
+    }
     if (ml < 0 || !(m->sw = swim_new(&cfg, &io, c->nodes[0]->id, meta, (size_t)ml, seed, now_ms())) ||
         !(m->rd = event_new(c->base, m->fd, EV_READ | EV_PERSIST, on_readable, c)) ||
         !(m->timer = evtimer_new(c->base, on_timer, c)) || event_add(m->rd, NULL)) {
