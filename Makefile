@@ -106,6 +106,12 @@ $(BUILD)/gen/web_assets.c: $(BUILD)/gen/web_embed $(WEB_FILES) web
 $(WEB_OBJ): $(BUILD)/gen/web_assets.c src/api/web_assets.h
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+# racimo_swimsim: the membership simulation (tests/swimsim, tests/swim_net.c):
+# many nodes running src/cluster/swim.c in one process; BENCHMARKS.md's table.
+$(BUILD)/racimo_swimsim: $(BUILD)/tests/swimsim/main.o $(BUILD)/tests/swim_net.o $(BUILD)/libracimo.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+-include $(BUILD)/tests/swimsim/main.d
+
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ISA_CFLAGS) $(ISA_AVX2) -MMD -MP -c $< -o $@

@@ -34,6 +34,8 @@ static void count_down(void *ud, const char *id)
     atomic_fetch_add(&n_downs, 1);
 }
 
+static bool start_with_swim;      /* racimo serve --swim */
+
 static struct cluster *start_node(const char *dir_name, const char *token, const char *peer,
                                   int major)
 {
@@ -51,6 +53,7 @@ static struct cluster *start_node(const char *dir_name, const char *token, const
     cfg.n_peers = peer ? 1 : 0;
     cfg.name = dir_name;
     cfg.no_discovery = true;
+    cfg.swim = start_with_swim;
     cfg.heartbeat_ms = 100;
     cfg.down_after_ms = DOWN_MS;
     cfg.probe_ms = 300;
@@ -1281,5 +1284,66 @@ TEST_T(cluster_rotate_overlap, 60)
     close(f.fd);
     CHECK_STR(state_of(a, fid_hex), "down");
     close(lfd);
+    cluster_free(a);
+}
+
+/* ---- SWIM beside the mesh (membership.c, issue 22) ---- */
+
+static long swim_count(struct cluster *c, const char *key)
+{
+    json_t *s = cluster_snapshot(c);
+    json_t *v = json_object_get(json_object_get(s, "swim"), key);
+    long n = json_is_integer(v) ? (long)json_integer_value(v) : -1;
+    json_decref(s);
+    return n;
+}
+
+static int wait_swim(struct cluster *c, const char *key, long want, int ms)
+{
+    for (int t = 0; t < ms; t += 20) {
+        if (swim_count(c, key) == want)
+            return t;
+        usleep(20000);
+    }
+    FAIL("swim %s stayed %ld, expected %ld within %d ms", key, swim_count(c, key), want, ms);
+}
+
+TEST_T(cluster_swim_beside_mesh, 60)
+{
+    start_with_swim = true;
+    struct cluster *a = start_node("a", NULL, NULL, 0);
+    char aa[64];
+    addr_of(a, aa, sizeof aa);
+    struct cluster *b = start_node("b", cluster_join_token(a), aa, 0);
+    struct cluster *c = start_node("c", cluster_join_token(a), aa, 0);
+    /* the members proven by the links join SWIM, whose datagrams (sealed
+     * with the cluster key) then keep all three alive */
+    wait_swim(a, "alive", 3, 10000);
+    wait_swim(b, "alive", 3, 10000);
+    wait_swim(c, "alive", 3, 10000);
+    usleep(1500 * 1000);                     /* several probe periods: nobody suspected */
+    CHECK_INT(swim_count(a, "suspect") + swim_count(a, "dead"), ==, 0);
+    CHECK_INT(swim_count(a, "refused"), ==, 0);
+    /* what b serves reaches a through b's SWIM digest: the free slots a
+     * router would use to reach a copy in one hop */
+    const char *names[] = { "tiny" };
+    int fr[] = { 3 }, sl[] = { 4 };
+    cluster_set_serving(b, names, fr, sl, 1);
+    long got = -1;
+    for (int t = 0; t < 5000 && got != 3; t += 20) {
+        json_t *s = cluster_snapshot(a);
+        json_t *m = json_object_get(json_object_get(json_object_get(s, "swim"), "serving"), "tiny");
+        got = m ? (long)json_integer_value(json_object_get(m, "free")) : -1;
+        if (m) CHECK_INT(json_integer_value(json_object_get(m, "nodes")), ==, 1);
+        json_decref(s);
+        usleep(20000);
+    }
+    CHECK_INT(got, ==, 3);
+    /* a node stopping says so: the others see it left */
+    cluster_free(c);
+    wait_swim(a, "left", 1, 5000);
+    wait_swim(b, "left", 1, 5000);
+    CHECK_INT(swim_count(a, "alive"), ==, 2);
+    cluster_free(b);
     cluster_free(a);
 }

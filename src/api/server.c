@@ -14,6 +14,7 @@
  * requests other nodes forward (the only place its mark counts).
  */
 #include "server_internal.h"
+#include "cluster_query.h"
 #include "tls.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -372,6 +373,14 @@ static int cluster(api_server *s, struct evhttp_request *req)
             json_object_set_new(body, "pipelines", pipeline_status(s->cfg.pipeline));
     }
     json_decref(view);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    if (body && cluster_query_apply(body, uri ? evhttp_uri_get_query(uri) : NULL) != 0) {
+        json_decref(body);
+        api_error e;
+        api_fail(&e, 400, "invalid_value", NULL, "%s", rc_errmsg());
+        http_reply_error(s, req, false, &e);
+        return 400;
+    }
     http_reply_json(s, req, 200, body, NULL, NULL);
     return 200;
 }

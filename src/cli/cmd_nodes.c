@@ -18,6 +18,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: racimo nodes [--host H] [--port P] [--json | --cost] [--api-key KEY]\n"
+        "                    [--limit N] [--offset K] [--state up|down] [--node ID,...] [--summary]\n"
         "       racimo nodes remove ID [--host H] [--port P] [--api-key KEY]\n"
         "\n"
         "Lists the nodes of the cluster a running 'racimo serve' belongs to: id, name,\n"
@@ -36,6 +37,11 @@ static void usage(FILE *f)
         "  --cost          each node's power and prices, and what a token of each model\n"
         "                  the node runs costs: energy per 1,000 tokens, cost per million\n"
         "                  (racimo serve --watts, --price-kwh, --hw-price, --cloud-price)\n"
+        "  --limit N       list at most N nodes (in id order; large clusters) ...\n"
+        "  --offset K      ... starting after the first K (the next page's K is printed)\n"
+        "  --state S       only nodes up, or only nodes down\n"
+        "  --node ID,...   only these nodes (ids, 8+ hex digit prefixes, or names)\n"
+        "  --summary       counts per state, totals and served models instead of the list\n"
         "  --api-key KEY   when the node requires one (default $RACIMO_API_KEY)\n");
 }
 
@@ -246,6 +252,50 @@ static void print_cost(json_t *s)
     json_decref(nodes);
 }
 
+static void print_summary(json_t *s)
+{
+    json_t *sum = json_object_get(s, "summary"), *st = json_object_get(sum, "states");
+    char mem[16], fr[16];
+    human_bytes(json_number_value(json_object_get(sum, "memory_total_bytes_up")), mem, sizeof mem);
+    human_bytes(json_number_value(json_object_get(sum, "memory_free_bytes_up")), fr, sizeof fr);
+    printf("%lld nodes up, %lld down; up: %lld cores, %s memory (%s free)\n",
+           (long long)json_integer_value(json_object_get(st, "up")),
+           (long long)json_integer_value(json_object_get(st, "down")),
+           (long long)json_integer_value(json_object_get(sum, "cores_up")), mem, fr);
+    const char *name;
+    json_t *m;
+    bool title = false;
+    json_object_foreach(json_object_get(sum, "serving"), name, m) {
+        if (!title)
+            printf("\n%-32s %6s %6s %6s\n", "MODEL SERVED", "NODES", "SLOTS", "FREE");
+        title = true;
+        printf("%-32.32s %6lld %6lld %6lld\n", log_clean(name),
+               (long long)json_integer_value(json_object_get(m, "nodes")),
+               (long long)json_integer_value(json_object_get(m, "slots")),
+               (long long)json_integer_value(json_object_get(m, "free")));
+    }
+    printf("\nleader %.8s; %s\n", str(s, "leader"),
+           json_is_true(json_object_get(s, "quorum")) ? "quorum" : "NO quorum (minority side)");
+}
+
+/* appends "&key=value" with the value percent-encoded */
+static void add_param(char *q, size_t cap, const char *key, const char *v)
+{
+    size_t o = strlen(q);
+    int w = snprintf(q + o, cap - o, "%s%s=", o ? "&" : "?", key);
+    if (w < 0 || (size_t)w >= cap - o)
+        return;
+    o += (size_t)w;
+    for (const unsigned char *p = (const unsigned char *)v; *p && o + 4 < cap; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("-_.,", *p))
+            q[o++] = (char)*p;
+        else
+            o += (size_t)snprintf(q + o, cap - o, "%%%02X", *p);
+    }
+    q[o] = 0;
+}
+
 static int remove_node(const char *url, const char *key, const char *id)
 {
     char path[200], why[500];
@@ -266,8 +316,9 @@ int cmd_nodes(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *key = getenv("RACIMO_API_KEY");
     long port = 8080;
-    bool as_json = false, cost = false;
+    bool as_json = false, cost = false, summary = false;
     const char *remove = NULL;
+    char query[1200] = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -280,6 +331,27 @@ int cmd_nodes(int argc, char **argv)
             as_json = true;
         } else if (!strcmp(a, "--cost")) {
             cost = true;
+        } else if (!strcmp(a, "--summary")) {
+            summary = true;
+            add_param(query, sizeof query, "summary", "1");
+        } else if ((!strcmp(a, "--limit") || !strcmp(a, "--offset")) && v) {
+            long n;
+            if (cli_parse_int(v, !strcmp(a, "--limit"), !strcmp(a, "--limit") ? 10000 : 1L << 30, &n)) {
+                fprintf(stderr, "racimo: nodes: %s wants a number (--limit 1-10000)\n", a);
+                return 2;
+            }
+            add_param(query, sizeof query, a + 2, v);
+            i++;
+        } else if (!strcmp(a, "--state") && v) {
+            if (strcmp(v, "up") && strcmp(v, "down")) {
+                fprintf(stderr, "racimo: nodes: --state wants up or down\n");
+                return 2;
+            }
+            add_param(query, sizeof query, "state", v);
+            i++;
+        } else if (!strcmp(a, "--node") && v) {
+            add_param(query, sizeof query, "nodes", v);
+            i++;
         } else if (!strcmp(a, "--host") && v) {
             host = v;
             i++;
@@ -304,7 +376,9 @@ int cmd_nodes(int argc, char **argv)
     snprintf(url, sizeof url, "%s:%ld", host, port);
     if (remove)
         return remove_node(url, key, remove);
-    if (cli_http("GET", url, "/v1/cluster", key, NULL, 10, &r, why, sizeof why)) {
+    char path[1300];
+    snprintf(path, sizeof path, "/v1/cluster%s", query);
+    if (cli_http("GET", url, path, key, NULL, 10, &r, why, sizeof why)) {
         fprintf(stderr, "racimo: nodes: %s\n", why);
         goto out;
     }
@@ -329,10 +403,19 @@ int cmd_nodes(int argc, char **argv)
     } else if (cost) {
         print_cost(s);
         rc = 0;
+    } else if (summary && json_is_object(json_object_get(s, "summary"))) {
+        print_summary(s);
+        rc = 0;
     } else if (!json_is_array(json_object_get(s, "nodes"))) {
         fprintf(stderr, "racimo: nodes: the node at %s:%ld runs without a cluster\n", host, port);
     } else {
         print_tables(s);
+        json_t *next = json_object_get(s, "next_offset");
+        if (json_is_integer(next))
+            printf("%zu of %lld nodes listed; the next page: --offset %lld\n",
+                   json_array_size(json_object_get(s, "nodes")),
+                   (long long)json_integer_value(json_object_get(s, "nodes_total")),
+                   (long long)json_integer_value(next));
         rc = 0;
     }
     json_decref(s);

@@ -80,6 +80,8 @@ static void usage(FILE *f)
         "  --advertise ADDR        the IPv4 address other nodes reach this one at\n"
         "  --name NAME             this node's name (default: the host name)\n"
         "  --no-discovery          no multicast DNS (only --peer and nodes learnt from them)\n"
+        "  --swim                  also run SWIM membership over UDP beside the links (seen in\n"
+        "                          /v1/cluster's \"swim\"; the links still decide up/down)\n"
         "  --down-after MS         a node silent this long is marked down (default 3000)\n"
         "  --heartbeat MS          heartbeat interval (default 500)\n"
         "  --max-memory SIZE       most memory this node offers to placement (e.g. 8G, 512M,\n"
@@ -188,6 +190,8 @@ int cmd_serve(int argc, char **argv)
             takes = false;
         } else if (!strcmp(a, "--no-discovery")) {
             cc.no_discovery = true;
+        } else if (!strcmp(a, "--swim")) {
+            cc.swim = true;
             takes = false;
         } else if (!val) {
             fprintf(stderr, "racimo: serve: unknown option or missing value: '%s'\n", a);

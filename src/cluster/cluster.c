@@ -364,6 +364,7 @@ void cl__on_established(struct cluster *c, cl_conn *k)
     cl__revoke_send(c, k);
     cl__rotate_linked(c, k);
     update_membership(c, now);
+    cl__swim_join(c, n->id);            /* a proven member: first contact for SWIM too */
 }
 
 void cl__on_closed(struct cluster *c, cl_conn *k)
@@ -752,6 +753,7 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
     evconnlistener_disable(c->listener);
     event_del(c->tick_ev);
     discovery_goodbye(c->disc);
+    cl__swim_stop(c);
     for (cl_conn *k = c->conns; k; k = k->next)
         cl__conn_close(k, "node shutting down");
     if (c->peers_dirty)
@@ -1089,6 +1091,8 @@ int cluster_start(struct cluster *c)
         if (discovery_new(c, &c->disc))
             rc_log(LOG_WARN, "cluster: discovery is off: %s (use --peer)", rc_errmsg());
     }
+    if (c->cfg.swim && cl__swim_start(c) != 0)
+        rc_log(LOG_WARN, "cluster: %s; membership stays on the links alone", rc_errmsg());
     if (c->cfg.bench && c->hw.mem_bw <= 0) {
         if (pthread_create(&c->bench_thread, NULL, bench_main, c) == 0)
             c->bench_started = true;
@@ -1188,6 +1192,13 @@ json_t *cluster_snapshot(struct cluster *c)
         json_object_set_new(out, "removed", json_boolean(c->self_removed));
         json_object_set_new(out, "revoked", cl__revoked_json(c));
         json_object_set_new(out, "key_rotation", cl__rotation_json(c));
+        if (c->swim)
+            json_object_set_new(out, "swim", json_pack(
+                "{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "alive", (json_int_t)c->swim_counts[0],
+                "suspect", (json_int_t)c->swim_counts[1], "dead", (json_int_t)c->swim_counts[2],
+                "left", (json_int_t)c->swim_counts[3], "incarnation",
+                (json_int_t)c->swim_incarnation, "refused", (json_int_t)c->swim_bad,
+                "serving", c->swim_serving ? json_deep_copy(c->swim_serving) : json_object()));
     }
     pthread_mutex_unlock(&c->mu);
     return out;
@@ -1541,6 +1552,7 @@ void cluster_free(struct cluster *c)
         cl__conn_free(k);
     }
     discovery_free(c->disc);
+    cl__swim_free(c);
     if (c->listener)
         evconnlistener_free(c->listener);
     struct event *evs[] = { c->tick_ev, c->stop_ev, c->wake_ev, c->reap_ev };
@@ -1565,6 +1577,7 @@ void cluster_free(struct cluster *c)
     json_decref(c->serving_slots);
     json_decref(c->published);
     json_decref(c->published_stable);
+    json_decref(c->swim_serving);
     rc_free(c->ro_dirs);
     rc_free(c->plain);
     if (c->mu_init)

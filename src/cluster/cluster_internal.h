@@ -9,6 +9,7 @@
  *   rotate.c     replacing the cluster key while members stay linked
  *   hw.c         hardware, the cached self-benchmark
  *   exports.c    the model files listed to peers and served to them
+ *   membership.c SWIM membership (swim.c) on UDP, beside the mesh for now
  *   wire.c       handshake and record format (pure)
  *   mdns.c       DNS message format (pure)
  *
@@ -234,6 +235,12 @@ struct cluster {
     cluster_chan_fn on_chan;
     void *on_chan_ud;
 
+    struct cl_swim *swim;                     /* membership.c (NULL: not running) */
+    size_t swim_counts[4];                    /* mu: its members per state */
+    uint32_t swim_incarnation;                /* mu */
+    uint64_t swim_bad;                        /* mu: datagrams and packets refused */
+    json_t *swim_serving;                     /* mu: {model: {nodes, free}} from the digests */
+
     cl_revoked *revoked;                      /* mu: the cluster's revocation list */
     int n_revoked, n_revoked_done;            /* [0, done) applied on the cluster thread */
     bool self_removed;                        /* this node's id is on the list */
@@ -311,6 +318,13 @@ const char *cl__rotation_hint(struct cluster *c, const cl_conn *k);
 void cl__rotate_forget(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);
 json_t *cl__rotation_json(struct cluster *c);            /* caller holds mu */
 void cl__rotate_free(struct cluster *c);
+
+/* membership.c: SWIM beside the mesh (issue 22) */
+int  cl__swim_start(struct cluster *c);
+void cl__swim_join(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);   /* a proven member */
+void cl__swim_on_stream(struct cluster *c, const uint8_t *data, size_t len);
+void cl__swim_stop(struct cluster *c);     /* tells the others this node leaves */
+void cl__swim_free(struct cluster *c);
 
 /* hw.c */
 void cl__hw_probe(cl_hw *h);

@@ -267,6 +267,10 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
     case WIRE_REVOKE:
         cl__on_revoke(c, k, m->data, m->len);
         break;
+    case WIRE_SWIM:
+        if (k->node)
+            cl__swim_on_stream(c, m->data, m->len);
+        break;
     case WIRE_KEY:
     case WIRE_KEY_ACK:
     case WIRE_KEY_RETIRE:

@@ -79,6 +79,7 @@ enum wire_type {
     WIRE_PROBE_ACK = 0x05,    /* u64 probe id, u64 bytes received */
     WIRE_BYE       = 0x06,    /* UTF-8 reason; the last record (secretstream FINAL) */
     WIRE_CHAN_OK   = 0x07,    /* empty: a data channel's first message was taken */
+    WIRE_SWIM      = 0x08,    /* a SWIM push-pull (membership.c; §14) */
     /* the allow-list (revoke.c, rotate.c; docs/cluster-protocol.md §5) */
     WIRE_REVOKE     = 0x10,   /* u16 n, n x (id[16] removed, id[16] by, u64 unix s) */
     WIRE_KEY        = 0x11,   /* new cluster key[32], u64 epoch, id[16] of the sender */

@@ -1,0 +1,299 @@
+/* membership.c - SWIM (swim.c) in the live node: its UDP socket on the
+ * cluster port, datagrams sealed with the cluster key (swim_seal.c), its
+ * timer on the cluster thread, push-pull exchanges over the TCP links
+ * (message SWIM, 0x08), and this node's digest (node_digest.c) as its
+ * metadata, rebuilt every REFRESH_MS and republished when it changed.
+ *
+ * Stage of issue 22: SWIM runs beside the full mesh of
+ * docs/cluster-protocol.md section 6 and its view is reported
+ * (GET /v1/cluster "swim"), but up/down, the leader and quorum still come
+ * from the mesh.  Switching them over, and then dropping the mesh's links
+ * between nodes that do not work together, are the next steps.
+ *
+ * Threads: everything runs on the cluster thread; the counts published for
+ * cluster_snapshot are under c->mu.
+ */
+#include "cluster/cluster_internal.h"
+#include "cluster/node_digest.h"
+#include "cluster/swim.h"
+#include "cluster/swim_seal.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/os.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <sodium.h>
+
+_Static_assert(SWIM_ID_BYTES == WIRE_ID_BYTES, "SWIM ids are node ids");
+
+struct cl_swim {
+    swim *sw;
+    int fd;
+    struct event *rd, *timer;
+    uint8_t cluster_key[WIRE_KEY_BYTES];     /* the key K_swim was derived from */
+    uint8_t key[SWIM_SEAL_KEY_BYTES];
+    uint8_t dgram[SWIM_PACKET_MAX + SWIM_SEAL_OVERHEAD], plain[SWIM_PACKET_MAX];
+    uint64_t bad;                             /* datagrams refused */
+    uint8_t meta[SWIM_META_MAX];              /* the digest last published */
+    int meta_len;
+    uint64_t next_meta_ms, next_publish_ms;
+};
+
+/* how often the digest is rebuilt and the view published: free slots
+ * change with every request, and a period is as fresh as SWIM spreads */
+#define REFRESH_MS 500
+
+static uint64_t now_ms(void) { return os_now_ns() / 1000000; }
+
+/* K_swim follows the cluster key through a rotation */
+static const uint8_t *seal_key(struct cluster *c, struct cl_swim *m)
+{
+    if (sodium_memcmp(m->cluster_key, c->key, WIRE_KEY_BYTES) != 0) {
+        memcpy(m->cluster_key, c->key, WIRE_KEY_BYTES);
+        swim_seal_key(c->key, m->key);
+    }
+    return m->key;
+}
+
+static void on_send(void *ctx, const uint8_t *to, const uint8_t *buf, size_t len, bool reliable)
+{
+    struct cluster *c = ctx;
+    struct cl_swim *m = c->swim;
+    cl_node *n = cl__node_find(c, to);
+    if (!n || n->is_self)
+        return;
+    if (reliable) {
+        /* a push-pull: over the member's link; without one, the next
+         * exchange (or a datagram-sized one) will do */
+        if (n->conn && n->conn->phase == PH_OPEN) {
+            cl__conn_send(n->conn, WIRE_SWIM, buf, len, false);
+            cl__conn_flush(n->conn);
+        }
+        return;
+    }
+    const char *addr = n->linked[0] ? n->linked : n->addrs.n_addrs ? n->addrs.addrs[0] : NULL;
+    if (!addr || n->cluster_port <= 0)
+        return;
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)n->cluster_port) };
+    if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+        return;
+    int dl = swim_seal(seal_key(c, m), buf, len, m->dgram, sizeof m->dgram);
+    if (dl > 0)
+        sendto(m->fd, m->dgram, (size_t)dl, 0, (struct sockaddr *)&sa, sizeof sa);
+}
+
+static void on_event(void *ctx, const swim_event *ev)
+{
+    static const char *const names[] = { "", "joined", "updated", "suspected", "alive again",
+                                         "dead", "left", "forgotten" };
+    char hex[2 * WIRE_ID_BYTES + 1];
+    wire_hex(ev->id, WIRE_ID_BYTES, hex);
+    if (ev->type != SWIM_EV_UPDATE)
+        rc_log(LOG_DEBUG, "membership: node %.8s %s (incarnation %u)", hex,
+               ev->type > 0 && ev->type <= SWIM_EV_REAPED ? names[ev->type] : "?",
+               ev->incarnation);
+}
+
+/* Per model served by alive members (their digests): nodes and free slots,
+ * what a router needs to reach a free copy in one hop. */
+static json_t *serving_view(swim *sw)
+{
+    json_t *out = json_object();
+    for (size_t i = 0; out && i < swim_n_members(sw); i++) {
+        swim_member_view v;
+        node_digest d;
+        if (swim_member_at(sw, i, &v) || v.state != SWIM_ALIVE ||
+            node_digest_decode(v.meta, v.meta_len, &d))
+            continue;
+        for (int j = 0; j < d.n_models; j++) {
+            json_t *agg = json_object_get(out, d.models[j].name);
+            if (!agg) {
+                agg = json_pack("{s:i, s:i}", "nodes", 0, "free", 0);
+                json_object_set_new(out, d.models[j].name, agg);
+            }
+            json_object_set_new(agg, "nodes", json_integer(json_integer_value(json_object_get(agg, "nodes")) + 1));
+            json_object_set_new(agg, "free", json_integer(json_integer_value(json_object_get(agg, "free")) +
+                                                          d.models[j].free));
+        }
+    }
+    return out;
+}
+
+static void publish(struct cluster *c)
+{
+    struct cl_swim *m = c->swim;
+    size_t counts[4];
+    swim_counts(m->sw, counts);
+    swim_stats st;
+    swim_get_stats(m->sw, &st);
+    json_t *serving = serving_view(m->sw);
+    pthread_mutex_lock(&c->mu);
+    json_decref(c->swim_serving);
+    c->swim_serving = serving;
+    for (int i = 0; i < 4; i++) c->swim_counts[i] = counts[i];
+    c->swim_incarnation = st.incarnation;
+    c->swim_bad = m->bad + st.bad;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void arm(struct cluster *c, uint64_t next)
+{
+    uint64_t now = now_ms(), wait = next > now ? next - now : 0;
+    if (wait > 1000) wait = 1000;
+    struct timeval tv = { (time_t)(wait / 1000), (suseconds_t)(wait % 1000) * 1000 };
+    evtimer_add(c->swim->timer, &tv);
+}
+
+static int self_digest(struct cluster *c, uint8_t *out, size_t cap);
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct cluster *c = arg;
+    struct cl_swim *m = c->swim;
+    uint64_t now = now_ms();
+    if (now >= m->next_meta_ms) {
+        uint8_t meta[SWIM_META_MAX];
+        int ml = self_digest(c, meta, sizeof meta);
+        if (ml >= 0 && (ml != m->meta_len || memcmp(meta, m->meta, (size_t)ml))) {
+            if (swim_set_meta(m->sw, meta, (size_t)ml, now) == 0) {
+                memcpy(m->meta, meta, (size_t)ml);
+                m->meta_len = ml;
+            }
+        }
+        m->next_meta_ms = now + REFRESH_MS;
+    }
+    arm(c, swim_tick(m->sw, now));
+    if (now >= m->next_publish_ms) {
+        publish(c);
+        m->next_publish_ms = now + REFRESH_MS;
+    }
+}
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct cluster *c = arg;
+    struct cl_swim *m = c->swim;
+    /* a bounded batch per wake-up, so a flood cannot starve the links */
+    for (int i = 0; i < 64; i++) {
+        ssize_t n = recv(fd, m->dgram, sizeof m->dgram, 0);
+        if (n < 0)
+            break;
+        int pl = swim_open(seal_key(c, m), m->dgram, (size_t)n, m->plain, sizeof m->plain);
+        if (pl < 0 || swim_recv(m->sw, m->plain, (size_t)pl, now_ms()) != 0)
+            m->bad++;
+    }
+    arm(c, swim_tick(m->sw, now_ms()));
+}
+
+static int self_digest(struct cluster *c, uint8_t *out, size_t cap)
+{
+    node_digest d = { .cluster_port = (uint16_t)c->port, .http_port = (uint16_t)c->cfg.http_port };
+    cl_node *self = c->nodes[0];
+    if (self->addrs.n_addrs) inet_pton(AF_INET, self->addrs.addrs[0], d.ipv4);
+    pthread_mutex_lock(&c->mu);
+    d.cores = (uint16_t)(c->hw.cores > 0 ? c->hw.cores : 0);
+    d.mem_total_mib = (uint32_t)(c->hw.mem_total >> 20);
+    d.mem_free_mib = (uint32_t)(c->hw.mem_free >> 20);
+    size_t i;
+    json_t *v;
+    json_array_foreach(c->serving, i, v) {
+        const char *name = json_string_value(v);
+        if (!name || !*name || strlen(name) > NODE_DIGEST_NAME_MAX || d.n_models == NODE_DIGEST_MODELS)
+            continue;
+        node_digest_model *dm = &d.models[d.n_models++];
+        snprintf(dm->name, sizeof dm->name, "%s", name);
+        json_int_t sl = json_integer_value(json_object_get(c->serving_slots, name));
+        json_int_t fr = json_integer_value(json_object_get(c->serving_free, name));
+        dm->slots = (uint16_t)(sl < 0 ? 0 : sl > CLUSTER_SLOTS_MAX ? CLUSTER_SLOTS_MAX : sl);
+        dm->free = (uint16_t)(fr < 0 ? 0 : fr > dm->slots ? dm->slots : fr);
+    }
+    pthread_mutex_unlock(&c->mu);
+    /* models that do not fit the metadata are left out, last first */
+    int n;
+    while ((n = node_digest_encode(&d, out, cap)) == RC_ELIMIT && d.n_models > 0)
+        d.n_models--;
+    return n;
+}
+
+int cl__swim_start(struct cluster *c)
+{
+    struct cl_swim *m = rc_calloc(1, sizeof *m);
+    if (!m)
+        return RC_ENOMEM;
+    m->fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)c->port) };
+    if (strcmp(c->listen_host, "localhost") == 0)
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    else
+        inet_pton(AF_INET, c->listen_host, &sa.sin_addr);
+    if (m->fd < 0 || bind(m->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        if (m->fd >= 0) close(m->fd);
+        rc_free(m);
+        return rc_fail(RC_EIO, "membership: cannot use UDP %s:%d: %s", c->listen_host, c->port,
+                       strerror(e));
+    }
+    fcntl(m->fd, F_SETFL, fcntl(m->fd, F_GETFL) | O_NONBLOCK);
+    uint8_t meta[SWIM_META_MAX];
+    int ml = self_digest(c, meta, sizeof meta);
+    swim_config cfg;
+    swim_config_default(&cfg);
+    swim_io io = { on_send, on_event, c };
+    uint64_t seed;
+    randombytes_buf(&seed, sizeof seed);
+    c->swim = m;
+    if (ml >= 0) {
+        memcpy(m->meta, meta, (size_t)ml);
+        m->meta_len = ml;
+    }
+    if (ml < 0 || !(m->sw = swim_new(&cfg, &io, c->nodes[0]->id, meta, (size_t)ml, seed, now_ms())) ||
+        !(m->rd = event_new(c->base, m->fd, EV_READ | EV_PERSIST, on_readable, c)) ||
+        !(m->timer = evtimer_new(c->base, on_timer, c)) || event_add(m->rd, NULL)) {
+        cl__swim_free(c);
+        return rc_fail(RC_ENOMEM, "membership: cannot start");
+    }
+    arm(c, now_ms());
+    return 0;
+}
+
+void cl__swim_join(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
+{
+    if (c->swim && swim_state_of(c->swim->sw, id) < 0)
+        swim_join(c->swim->sw, id, now_ms());
+}
+
+void cl__swim_on_stream(struct cluster *c, const uint8_t *data, size_t len)
+{
+    if (c->swim && swim_recv(c->swim->sw, data, len, now_ms()) != 0)
+        rc_log(LOG_DEBUG, "cluster: %s", rc_errmsg());
+}
+
+void cl__swim_stop(struct cluster *c)
+{
+    if (c->swim && c->swim->sw)
+        swim_leave(c->swim->sw, now_ms());
+}
+
+void cl__swim_free(struct cluster *c)
+{
+    struct cl_swim *m = c->swim;
+    if (!m)
+        return;
+    if (m->rd) event_free(m->rd);
+    if (m->timer) event_free(m->timer);
+    swim_free(m->sw);
+    if (m->fd >= 0) close(m->fd);
+    sodium_memzero(m, sizeof *m);
+    rc_free(m);
+    c->swim = NULL;
+}
