@@ -57,7 +57,9 @@ before(async () => {
       'org/stop': { files: { 'stop-F32.gguf': big }, onHalf: async () => {
         if (sigint.pid && !sigint.sent) process.kill(sigint.pid, 'SIGINT');
         sigint.sent = true;
-        await new Promise((r) => setTimeout(r, 300));
+        // hold the rest of the file back until the pull has exited (a loaded
+        // machine may take a while to deliver the signal)
+        for (let i = 0; i < 1500 && sigint.pid; i++) await new Promise((r) => setTimeout(r, 20));
       } },
     },
   });
