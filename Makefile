@@ -156,8 +156,12 @@ HOOKS_CLI_OBJ := $(filter-out $(BUILD)/src/cli/cmd_serve.o,$(CLI_OBJ)) $(BUILD)/
 $(BUILD)/racimo-hooks: $(HOOKS_CLI_OBJ) $(BUILD)/libracimo.a
 	$(CC) $(LDFLAGS) -o $@ $(HOOKS_CLI_OBJ) $(BUILD)/libracimo.a $(LDLIBS)
 
+# Tests run side by side (TEST_JOBS, default the number of cores): many
+# wait on sockets and timers rather than the CPU.  TEST_JOBS=1 runs them
+# one after another with their output as it comes.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test-unit: $(BUILD)/racimo_tests $(BUILD)/racimo
-	RACIMO_BIN=$(BUILD)/racimo $(BUILD)/racimo_tests $(T)
+	RACIMO_BIN=$(BUILD)/racimo $(BUILD)/racimo_tests -j $(TEST_JOBS) $(T)
 
 # test-arm64: the kernel tests cross-built for arm64 (CC=aarch64-linux-gnu-gcc,
 # static, -O2, into build/arm64 by scripts/test-arm64.sh) and run under
@@ -179,7 +183,7 @@ test-san:
 	@$(MAKE) --no-print-directory SANITIZE=1 build/san/racimo_tests build/san/racimo
 	RACIMO_TEST_TIMEOUT_SCALE=6 RACIMO_BIN=build/san/racimo \
 	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  build/san/racimo_tests $(T)
+	  build/san/racimo_tests -j $(TEST_JOBS) $(T)
 
 # Fuzz targets: fuzz/fuzz_<name>.c, built with clang's libFuzzer against
 # the library sources; each runs FUZZ_SECONDS over its corpus fuzz/corpus/<name>.

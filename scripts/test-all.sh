@@ -64,7 +64,7 @@ else
   echo "cluster: skipped (needs root, iproute2 and jq: scripts/install-deps.sh)"; total_s=$((total_s+4))
 fi
 if command -v clang >/dev/null; then
-  step fuzz make --no-print-directory -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-15}"
+  step fuzz make --no-print-directory -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-10}"
 else
   # one skip per target, as a run counts one pass or failure per target
   n_fuzz=$(ls fuzz/fuzz_*.c 2>/dev/null | wc -l)

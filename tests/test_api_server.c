@@ -127,7 +127,8 @@ TEST(api_server_endpoints)
                            "\"ignore_eos\":true"), buf, sizeof buf), ==, 200);
     CHECK(strstr(buf, "text/event-stream"));
     CHECK(strstr(buf, "data: [DONE]"));
-    CHECK(strstr(buf, "\"top_logprobs\":[{"));
+    if (!strstr(buf, "\"top_logprobs\":[{"))
+        FAIL("no top_logprobs in %s", buf);
     CHECK_INT(request(&f, "POST", "/v1/completions", NULL,
                       "{\"model\":\"tiny-Q8_0\",\"prompt\":\"x\",\"max_tokens\":3,\"logprobs\":1}", buf, sizeof buf), ==, 200);
     CHECK(strstr(buf, "\"token_logprobs\""));

@@ -671,8 +671,10 @@ TEST_T(forward_plan_preview_and_instances_published, 120)
           { "\"fits\":true", "\"runs_here\":false", "\"split\":\"tensor\"" } },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        CHECK_INT(http_request(port(&a), "POST", "/v1/instances", KA, cases[i].body, buf,
-                               sizeof buf), ==, 200);
+        int st = http_request(port(&a), "POST", "/v1/instances", KA, cases[i].body, buf,
+                              sizeof buf);
+        if (st != 200)
+            FAIL("%s: %d %s", cases[i].body, st, buf);
         json_t *o = json_loads(body_of(buf), 0, NULL);
         char *text = json_dumps(json_object_get(o, "plan"), JSON_COMPACT);
         for (int k = 0; k < 3; k++)

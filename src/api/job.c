@@ -695,8 +695,11 @@ static void complete(api_job *j)
         rc_free(clean);
     } else {
         j->content = clean;
-        if (j->ar.stream && clean_len > j->sent)
-            j->ops->delta(j, clean + j->sent, clean_len - j->sent, j->toks_sent, j->n_toks);
+        /* tokens whose text is empty (or was dropped) still owe their
+         * log-probabilities: an empty delta carries them */
+        if (j->ar.stream && (clean_len > j->sent || (j->ar.logprobs && j->toks_sent < j->n_toks)))
+            j->ops->delta(j, clean + j->sent, clean_len > j->sent ? clean_len - j->sent : 0,
+                          j->toks_sent, j->n_toks);
     }
     j->status = 200;
     detach_close(j);
