@@ -9,8 +9,10 @@
 now_ms() { date +%s%3N; }
 
 # A check's line, counted for the closing "N passed, N failed, N skipped".
-ok()   { passed=$((passed+1)); echo "ok   $*"; }
-bad()  { failed=$((failed+1)); echo "FAIL $*"; }
+# Each line ends with the seconds since the script started: where a
+# slow run spends its time.
+ok()   { passed=$((passed+1)); echo "ok   $* [${SECONDS} s]"; }
+bad()  { failed=$((failed+1)); echo "FAIL $* [${SECONDS} s]"; }
 skip() { skipped=$((skipped+1)); echo "skip $*"; }
 
 # ns_preflight NAME "TOOLS..." BINARIES...: ends the script, as skipped

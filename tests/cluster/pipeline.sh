@@ -366,6 +366,7 @@ else bad "killed serving node: $(tail -c 300 "$T/fwcut.out") after $dt ms"; fi
 G=${RACIMO_GOLDEN:-../shared/golden}/logits
 if [ -d "$G" ] && ls "$G"/*.gguf >/dev/null 2>&1; then
   for i in 1 2 3 4 9; do cp "$G"/*.gguf "$T/n$i/models/"; done
+  declare -A GREF    # one node's text, per port and model: the f32 and f16 runs share it
   for w in f32 f16 tensor; do
     stop_node 1
     if [ "$w" = tensor ]; then start_node 1 --min-nodes 2 --pipeline-wire f32 --split tensor --cache-type f32
@@ -374,7 +375,10 @@ if [ -d "$G" ] && ls "$G"/*.gguf >/dev/null 2>&1; then
     n=0 same=0 firsts=0 uncut=0
     for f in "$G"/*.gguf; do
       MODEL=$(basename "$f" .gguf)
-      want=$(PORT=$([ "$w" = tensor ] && echo 8081 || echo 8080) complete 10.77.0.9 "$P-n9" "${PROMPTS[2]}" 24)
+      rport=$([ "$w" = tensor ] && echo 8081 || echo 8080)
+      [ -n "${GREF[$rport/$MODEL]+set}" ] ||
+        GREF[$rport/$MODEL]=$(PORT=$rport complete 10.77.0.9 "$P-n9" "${PROMPTS[2]}" 24)
+      want=${GREF[$rport/$MODEL]}
       got=$(complete 10.77.0.1 "$P-n1" "${PROMPTS[2]}" 24)
       # tensor parallel refuses models it cannot cut in two (a message naming why)
       if [ "$w" = tensor ] && [[ "$got" == *"cannot be cut"* || "$got" == *"cannot be shared"* ]]; then
