@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "model/ranges.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -144,14 +145,34 @@ typedef struct {
     int rc;
 } find_ctx;
 
-/* A complete NAME.gguf (no manifest) in `dir`; a symlink the owner put
- * there counts (this is the node's own use, not a peer's request). */
+/* The first part of a split set named `name` in `dir` (NAME-00001-of-
+ * 0000N.gguf) into cand; false when there is none. */
+static bool find_set(const char *dir, const char *name, char *cand, size_t cap)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    size_t n = strlen(name), stem;
+    uint32_t no, count;
+    bool found = false;
+    while (d && !found && (de = readdir(d)))
+        found = !strncmp(de->d_name, name, n) &&
+                gguf_split_name(de->d_name, &stem, &no, &count) && stem == n && no == 0 &&
+                (size_t)snprintf(cand, cap, "%s/%s", dir, de->d_name) < cap;
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* A complete NAME.gguf (no manifest), or a split set NAME-00001-of-...,
+ * in `dir`; a symlink the owner put there counts (this is the node's own
+ * use, not a peer's request). */
 static int find_in_dir(void *ctx, const char *dir)
 {
     find_ctx *f = ctx;
     char cand[PATH_MAX], man[PATH_MAX + 16];
     if ((size_t)snprintf(cand, sizeof cand, "%s/%s.gguf", dir, f->name) >= sizeof cand ||
-        !is_file(cand) || model_ranges_path(cand, man, sizeof man) || access(man, F_OK) == 0)
+        ((!is_file(cand) || model_ranges_path(cand, man, sizeof man) || access(man, F_OK) == 0) &&
+         !find_set(dir, f->name, cand, sizeof cand)))
         return 0;
     if ((size_t)snprintf(f->out, f->cap, "%s", cand) >= f->cap) {
         f->rc = rc_fail(RC_ELIMIT, "%s: path too long", cand);
@@ -246,21 +267,17 @@ int weights_pin(weights *w, const char *name, const uint8_t root[DIGEST_BYTES])
     return rc ? rc : set_pin(w, name, root, "the user", true);
 }
 
-/* The digests of local file `path` (open, fstat, cache or compute). */
+/* The digests of local file `path` (a split set by its first part: of
+ * the file it is served as), from the cache or computed. */
 static int local_digests(weights *w, const char *path, digests *d)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0)
-        return rc_fail(RC_EIO, "%s: cannot open: %s", path, strerror(errno));
-    int rc;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = rc_fail(RC_EIO, "%s: not a regular file", path);
-    } else {
-        export_stat es = exports_stat(&st);
-        rc = digests_of_file(w->cache_dir, path, fd, &es, d);
-    }
-    close(fd);
+    export_src *src;
+    int rc = export_src_open(path, &src);
+    if (rc)
+        return rc;
+    export_stat es = export_src_stat(src);
+    rc = digests_of_file(w->cache_dir, path, src, &es, d);
+    export_src_unref(src);
     return rc;
 }
 
@@ -317,47 +334,38 @@ static int parse_request(const uint8_t *d, size_t len, size_t fields, uint32_t *
     return exports_check_name(name);
 }
 
-/* The listed file of `name` (a descriptor the caller closes). */
-static int open_served(weights *w, const char *name, int *fd, export_stat *st, char *path,
-                       size_t cap)
+/* The listed source of `name` (a reference the caller drops). */
+static int open_served(weights *w, const char *name, export_src **src, export_stat *st,
+                       char *path, size_t cap)
 {
     exports *e = cluster_exports(w->c);
     if (!e)
         return rc_fail(RC_ENOTFOUND, "this node lists no models");
-    return exports_open(e, name, fd, st, path, cap);
+    return exports_open(e, name, src, st, path, cap);
 }
 
 /* The digests of the served file of `name`, kept for the next request. */
-static int served_digests_of(weights *w, const char *name, int *fd, const digests **d)
+static int served_digests_of(weights *w, const char *name, const digests **d)
 {
     char path[PATH_MAX];
     export_stat st;
-    int rc = open_served(w, name, fd, &st, path, sizeof path);
+    export_src *src;
+    int rc = open_served(w, name, &src, &st, path, sizeof path);
     if (rc)
         return rc;
     served_digests *s = &w->served;
     if (!s->valid || memcmp(&s->st, &st, sizeof st)) {
         digests_free(&s->d);
         s->valid = false;
-        /* the head is parsed from the listed descriptor, not the path */
-        char fdpath[PATH_MAX];
-#ifdef __linux__
-        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", *fd);
-#else
-        snprintf(fdpath, sizeof fdpath, "%s", path);
-#endif
-        gguf_file *f = NULL;
-        if ((rc = gguf_open_meta(fdpath, &f)) ||
-            (rc = digests_of_file(w->cache_dir, path, *fd, &st, &s->d))) {
-            gguf_close(f);
-            close(*fd);
+        if ((rc = export_src_head(src, path, &s->head)) ||
+            (rc = digests_of_file(w->cache_dir, path, src, &st, &s->d))) {
+            export_src_unref(src);
             return rc_wrap(rc, "model '%s': ", name);
         }
-        s->head = f->data_offset;
-        gguf_close(f);
         s->st = st;
         s->valid = true;
     }
+    export_src_unref(src);
     *d = &s->d;
     return 0;
 }
@@ -365,10 +373,9 @@ static int served_digests_of(weights *w, const char *name, int *fd, const digest
 static int serve_info(weights *w, const char *from, uint32_t id, const char *name)
 {
     const digests *d;
-    int fd, rc = served_digests_of(w, name, &fd, &d);
+    int rc = served_digests_of(w, name, &d);
     if (rc)
         return rc;
-    close(fd);
     uint8_t buf[8 + 8 + 8 + 4 + DIGEST_BYTES];
     le_put32(buf, id);
     le_put32(buf + 4, 0);
@@ -385,23 +392,24 @@ static int serve_read(weights *w, const char *from, uint32_t id, const char *nam
     uint64_t off = le_get64(rest);
     uint32_t len = le_get32(rest + 8);
     export_stat st;
-    int fd, rc;
+    export_src *src;
+    int rc;
     if (len == 0 || len > WEIGHTS_CHUNK)
         return rc_fail(RC_EINVAL, "read of %u bytes (1 to %u)", len, WEIGHTS_CHUNK);
-    if ((rc = open_served(w, name, &fd, &st, NULL, 0)))
+    if ((rc = open_served(w, name, &src, &st, NULL, 0)))
         return rc;
     if (off > st.size || len > st.size - off) {
-        close(fd);
+        export_src_unref(src);
         return rc_fail(RC_ERANGE, "bytes [%llu, %llu) lie outside model '%s' (%llu bytes)",
                        (ull)off, (ull)off + len, name, (ull)st.size);
     }
     const size_t hdr = 4 + 4 + 8 + 4;
     uint8_t *buf = rc_malloc(hdr + len);
     if (!buf) {
-        close(fd);
+        export_src_unref(src);
         return rc_fail(RC_ENOMEM, "out of memory for a block");
     }
-    if (os_pread_full(fd, buf + hdr, len, off)) {
+    if (export_src_pread(src, buf + hdr, len, off)) {
         rc = rc_fail(RC_EIO, "model '%s': read error at byte %llu", name, (ull)off);
     } else {
         le_put32(buf, id);
@@ -416,7 +424,7 @@ static int serve_read(weights *w, const char *from, uint32_t id, const char *nam
         rc = cluster_send(w->c, from, W_DATA, buf, hdr + len);
     }
     rc_free(buf);
-    close(fd);
+    export_src_unref(src);
     return rc;
 }
 
@@ -425,10 +433,9 @@ static int serve_digests(weights *w, const char *from, uint32_t id, const char *
 {
     uint32_t first = le_get32(rest), count = le_get32(rest + 4);
     const digests *d;
-    int fd, rc = served_digests_of(w, name, &fd, &d);
+    int rc = served_digests_of(w, name, &d);
     if (rc)
         return rc;
-    close(fd);
     if (count == 0 || count > WEIGHTS_PAGE || first > d->n || count > d->n - first)
         return rc_fail(RC_ERANGE, "block digests [%u, %llu) of model '%s' (%u blocks; at most "
                        "%d a message)", first, (ull)first + count, name, d->n, WEIGHTS_PAGE);
