@@ -477,6 +477,28 @@ static void second_holder(node *c, const char *name, const node *a, const char *
     start(c, name, cluster_join_token(a->c), a, NULL);
 }
 
+/* Two holders: B's whole copy takes bytes from both, each block once. */
+TEST_T(weights_pull_from_two_holders, 120)
+{
+    node a, b, c;
+    char apath[800], path[1024];
+    a_has_model_b_not(&a, &b, apath, sizeof apath);
+    second_holder(&c, "c", &a, apath);
+    wait_model(&b, cluster_self_id(c.c), "m");
+    uint64_t a0 = weights_served_bytes(a.w), c0 = weights_served_bytes(c.w);
+    CHECK_OK(weights_ensure(b.w, "m", 0, -1, NULL, NULL, NULL, NULL, path, sizeof path));
+    CHECK(same_bytes(path, apath));
+    uint64_t from_a = weights_served_bytes(a.w) - a0, from_c = weights_served_bytes(c.w) - c0;
+    fprintf(stderr, "  %.1f MB from a, %.1f MB from c\n", (double)from_a / 1e6,
+            (double)from_c / 1e6);
+    CHECK_INT(from_a, >, 0);
+    CHECK_INT(from_c, >, 0);
+    CHECK_INT(from_a + from_c, ==, size_of(apath, NULL));
+    stop(&b);
+    stop(&c);
+    stop(&a);
+}
+
 /* Two holders of m, one of which serves altered bytes: the puller refuses
  * them and completes from the other, whichever it asks first; the copy is
  * the file byte for byte. */

@@ -15,6 +15,9 @@
  * not match is logged (id and name), left out, and the pull continues from
  * another holder; sizes and counts a peer sends are bounded before anything
  * is allocated and the copy is sized only to a size the root vouches for.
+ * The blocks come from up to 4 holders at once, in pieces of 16 MiB (a
+ * node that completed its copy during the pull becomes one), so copying a
+ * model to many nodes spreads over the nodes that have it.
  *
  * The copy keeps the original layout in a sparse file
  * <models_dir>/NAME.gguf.part; the verified byte ranges go to the manifest
@@ -117,6 +120,9 @@ int weights_pin(weights *w, const char *name, const uint8_t root[DIGEST_BYTES]);
  * down handler (cluster_set_down_handler has a single slot, which the owner
  * shares among its users).  Any thread. */
 void weights_on_node_down(weights *w, const char *node_id);
+
+/* Block bytes this node has sent to peers since it started.  Any thread. */
+uint64_t weights_served_bytes(weights *w);
 
 /* For tests: corrupt the data of the nth block this node receives from now
  * on (1 = the next; 0 = never), as a damaged transfer would; and, when
