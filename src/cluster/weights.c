@@ -757,8 +757,9 @@ static int take_block(pull *p, struct source *src, uint32_t b, const uint8_t *bo
                        (ull)off, (ull)(off + len), p->name);
     p->holder_fault = false;
     if (os_pwrite_full(p->fd, body + 12, len, off))
-        return rc_fail(RC_EIO, "model '%s': cannot write bytes [%llu, %llu) of the copy: %s",
-                       p->name, (ull)off, (ull)(off + len), strerror(errno));
+        return rc_fail(errno == ENOSPC || errno == EDQUOT ? RC_ELIMIT : RC_EIO,
+                       "model '%s': cannot write bytes [%llu, %llu) of the copy: %s", p->name,
+                       (ull)off, (ull)(off + len), strerror(errno));
     int rc = model_ranges_add(p->ranges, off, off + len);
     if (rc)
         return rc;
@@ -1503,4 +1504,25 @@ uint64_t weights_served_bytes(weights *w)
     uint64_t n = w->served_bytes;
     pthread_mutex_unlock(&w->mu);
     return n;
+}
+
+int weights_discard(weights *w, const char *name)
+{
+    char final[PATH_MAX], part[PATH_MAX + 8], man[PATH_MAX + 16], dfile[PATH_MAX + 16];
+    int rc = exports_check_name(name);
+    if (rc)
+        return rc;
+    if ((size_t)snprintf(final, sizeof final, "%s/%s.gguf", w->models_dir, name) >= sizeof final)
+        return rc_fail(RC_ELIMIT, "models folder path too long");
+    snprintf(part, sizeof part, "%s.part", final);
+    snprintf(dfile, sizeof dfile, "%s.digests", part);
+    if ((rc = model_ranges_path(final, man, sizeof man)))
+        return rc;
+    pthread_mutex_lock(&w->ensure_mu);         /* not while a pull writes them */
+    const char *files[3] = { part, man, dfile };
+    for (int i = 0; i < 3 && !rc; i++)
+        if (unlink(files[i]) != 0 && errno != ENOENT)
+            rc = rc_fail(RC_EIO, "%s: cannot delete: %s", files[i], strerror(errno));
+    pthread_mutex_unlock(&w->ensure_mu);
+    return rc;
 }
