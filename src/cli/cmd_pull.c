@@ -8,7 +8,6 @@
 #include "base/err.h"
 #include "base/os.h"
 #include "hub/hub.h"
-#include "model/gguf.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -25,12 +24,13 @@ static void usage(FILE *f)
         "\n"
         "Downloads a GGUF model from Hugging Face into the models folder: the file\n"
         "tagged QUANT (Q4_K_M, Q8_0..., any case; default Q4_K_M, or the repository's\n"
-        "only model), every part of a split model (joined into one file).  Each file\n"
-        "is checked against the sha256 the Hub lists before it appears in the\n"
-        "folder; an interrupted pull resumes where it stopped when run again.  A\n"
-        "running node serves the model\n"
-        "under its file name (without .gguf) and lists it to its cluster, whose nodes\n"
-        "fetch it from this one over the LAN.\n"
+        "only model), or every part of a split model (kept as published and loaded\n"
+        "in place, NAME-00001-of-0000N.gguf ... served as NAME).  Each file is\n"
+        "checked against the sha256 the Hub lists before it appears in the folder\n"
+        "(the parts of a set all at once); an interrupted pull resumes where it\n"
+        "stopped when run again.  A running node serves the model under its file\n"
+        "name (without .gguf) and lists it to its cluster, whose nodes fetch it\n"
+        "from this one over the LAN.\n"
         "\n"
         "  --file NAME       this file of the repository (a part of a split model\n"
         "                    brings all its parts)\n"
@@ -298,7 +298,6 @@ int cmd_pull(int argc, char **argv)
     cfg.progress = on_progress;
     cfg.arg = &po;
     cfg.cancel = &interrupted;
-    cfg.join = gguf_join;
 
     struct sigaction sa = { 0 };
     sa.sa_handler = on_sigint;

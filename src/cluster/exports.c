@@ -189,7 +189,11 @@ static void describe(entry *x)
         gguf_close(f);
     }
     char v[65];
-    if (os_file_tag_get(export_src_fd(x->src), "sha256", v, 64) == 64 &&
+    size_t stem;
+    uint32_t no, count;
+    /* a set's parts each have their own sha256: none names the model */
+    if (!gguf_split_name(x->path, &stem, &no, &count) &&
+        os_file_tag_get(export_src_fd(x->src), "sha256", v, 64) == 64 &&
         strspn(v, "0123456789abcdef") == 64) {
         memcpy(x->sha256, v, 64);
         x->sha256[64] = 0;

@@ -2,8 +2,10 @@
 # tests/cluster/pull.sh - one `racimo pull` for a whole cluster: three nodes
 # in network namespaces (tests/cluster/netns.sh) and a fake Hugging Face Hub
 # (tests/e2e/fake_hub.mjs) in a fourth.  Node 1 pulls a split model from the
-# Hub; the model then runs split over the three nodes (--min-nodes 3), nodes
-# 2 and 3 taking the bytes of their layers from node 1 over the LAN.  The
+# Hub (its 3 parts kept as published); the model then runs split over the
+# three nodes (--min-nodes 3), nodes 2 and 3 taking the bytes of their
+# layers from node 1 over the LAN (node 1 serves the set as its joined
+# file).  The
 # Hub's access log must show every byte of every part served once: nothing
 # was fetched twice from the internet's stand-in.  Then `racimo pull
 # --everywhere` of a second model on node 1 leaves a whole verified copy on
@@ -65,12 +67,13 @@ for i in 2 3; do RACIMO_JOIN_TOKEN=$TOKEN start_node "$i" --peer 10.77.0.1; done
 wait_for 20 n_up 1 3 || bad "three nodes up"
 
 # ---- one pull, on node 1 ----
+same_parts() { for i in 1 2 3; do cmp -s "$T/n1/models/m-Q8_0-0000$i-of-00003.gguf" "$T/m-Q8_0-0000$i-of-00003.gguf" || return 1; done; }
 if ip netns exec "$P-n1" env HF_ENDPOINT="$HUB" "$BIN" pull hf.co/test/model:q8_0 \
      --models-dir "$T/n1/models" >"$T/pull.out" 2>"$T/pull.log" &&
-   [ "$(cat "$T/pull.out")" = m-Q8_0 ] && cmp -s "$T/n1/models/m-Q8_0.gguf" "$T/whole.gguf"; then
-  ok "racimo pull on node 1: the 3 parts verified and joined into the model"
+   [ "$(cat "$T/pull.out")" = m-Q8_0 ] && same_parts; then
+  ok "racimo pull on node 1: the 3 parts verified and kept as published"
 else bad "racimo pull on node 1: $(tail -3 "$T/pull.log")"; fi
-[ -z "$(ls -A "$T/n1/models" | grep -v '^m-Q8_0.gguf$')" ] && ok "nothing but the model in the models folder" ||
+[ -z "$(ls -A "$T/n1/models" | grep -v '^m-Q8_0-0000[123]-of-00003.gguf$')" ] && ok "nothing but the model's parts in the models folder" ||
   bad "left in the models folder: $(ls -A "$T/n1/models")"
 
 # ---- node 1 lists it; the model runs on the three nodes ----
@@ -87,6 +90,12 @@ for i in 2 3; do
   f=$(ls "$T/n$i/models/" 2>/dev/null | grep '^m-Q8_0' | head -1)
   [ -n "$f" ] && ok "node $i holds the bytes of its layers, from the LAN ($f)" || bad "node $i has no copy"
 done
+# the ranges node 2 holds are those of the joined file (whole.gguf): the
+# set and its joined file are one content
+if ip netns exec "$P-n2" curl -s --max-time 60 "http://10.77.0.2:8080/v1/models/copy" -d '{"model":"m-Q8_0"}' >/dev/null &&
+   wait_for 60 cmp -s "$T/n2/models/m-Q8_0.gguf" "$T/whole.gguf"; then
+  ok "node 2's copy of the split set is the joined file, byte for byte"
+else bad "node 2's whole copy of m-Q8_0: $(ls "$T/n2/models")"; fi
 
 # ---- --everywhere: a whole copy on every node with room, peer to peer ----
 ip netns exec "$P-n1" env HF_ENDPOINT="$HUB" "$BIN" pull test/model --file e-F16.gguf \
