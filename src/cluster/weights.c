@@ -37,7 +37,6 @@
 #include "model/model.h"
 #include "model/ranges.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -163,24 +162,6 @@ typedef struct {
     int rc;
 } find_ctx;
 
-/* The first part of a split set named `name` in `dir` (NAME-00001-of-
- * 0000N.gguf) into cand; false when there is none. */
-static bool find_set(const char *dir, const char *name, char *cand, size_t cap)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    size_t n = strlen(name), stem;
-    uint32_t no, count;
-    bool found = false;
-    while (d && !found && (de = readdir(d)))
-        found = !strncmp(de->d_name, name, n) &&
-                gguf_split_name(de->d_name, &stem, &no, &count) && stem == n && no == 0 &&
-                (size_t)snprintf(cand, cap, "%s/%s", dir, de->d_name) < cap;
-    if (d)
-        closedir(d);
-    return found;
-}
-
 /* A complete NAME.gguf (no manifest), or a split set NAME-00001-of-...,
  * in `dir`; a symlink the owner put there counts (this is the node's own
  * use, not a peer's request). */
@@ -190,7 +171,7 @@ static int find_in_dir(void *ctx, const char *dir)
     char cand[PATH_MAX], man[PATH_MAX + 16];
     if ((size_t)snprintf(cand, sizeof cand, "%s/%s.gguf", dir, f->name) >= sizeof cand ||
         ((!is_file(cand) || model_ranges_path(cand, man, sizeof man) || access(man, F_OK) == 0) &&
-         !find_set(dir, f->name, cand, sizeof cand)))
+         !gguf_split_find(dir, f->name, cand, sizeof cand)))
         return 0;
     if ((size_t)snprintf(f->out, f->cap, "%s", cand) >= f->cap) {
         f->rc = rc_fail(RC_ELIMIT, "%s: path too long", cand);

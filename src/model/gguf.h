@@ -281,6 +281,11 @@ bool gguf_split_name(const char *path, size_t *stem_len, uint32_t *no, uint32_t 
  * (cap too small). */
 int gguf_split_path(const char *path, uint32_t no, uint32_t count, char *out, size_t cap);
 
+/* The first part of a split set named `name` in folder `dir`
+ * (dir/NAME-00001-of-0000N.gguf) into out; false when there is none (or
+ * cap is too small).  Reads the folder. */
+bool gguf_split_find(const char *dir, const char *name, char *out, size_t cap);
+
 /* The bytes of every part of the set whose first part is `path`, found by
  * name (stat only, no parse): RC_ENOTFOUND naming the first part missing. */
 int gguf_split_set_bytes(const char *path, uint64_t *bytes);

@@ -21,6 +21,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -71,6 +72,22 @@ int gguf_split_path(const char *path, uint32_t no, uint32_t count, char *out, si
         cap)
         return rc_fail(RC_ELIMIT, "%s: the path is too long", path);
     return 0;
+}
+
+bool gguf_split_find(const char *dir, const char *name, char *out, size_t cap)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    size_t n = strlen(name), stem;
+    uint32_t no, count;
+    bool found = false;
+    while (d && !found && (de = readdir(d)))
+        found = !strncmp(de->d_name, name, n) &&
+                gguf_split_name(de->d_name, &stem, &no, &count) && stem == n && no == 0 &&
+                (size_t)snprintf(out, cap, "%s/%s", dir, de->d_name) < cap;
+    if (d)
+        closedir(d);
+    return found;
 }
 
 int gguf_split_set_bytes(const char *path, uint64_t *bytes)
