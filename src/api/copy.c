@@ -30,8 +30,12 @@
 #include "cluster/weights.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #define COPY_MSG 0x60
 #define COPY_RESULT_MSG 0x61
@@ -123,13 +127,17 @@ static void report(api_copies *a, const copy_job *j, int status, const char *err
 }
 
 /* The size a node up lists for `name` (not this one), 0 when none does;
- * *here tells whether this node lists it. */
-static uint64_t listed_size(struct cluster *c, const char *name, bool *here, json_t *holders)
+ * *here tells whether this node lists it; sha256 (65 bytes, or NULL) gets
+ * the sha256 a holder lists for it ("" when none does). */
+static uint64_t listed_size(struct cluster *c, const char *name, bool *here, json_t *holders,
+                            char *sha256)
 {
     json_t *view = cluster_snapshot(c), *n, *m;
     size_t i, j;
     uint64_t size = 0;
     *here = false;
+    if (sha256)
+        sha256[0] = 0;
     json_array_foreach(json_object_get(view, "nodes"), i, n) {
         const char *st = json_string_value(json_object_get(n, "state"));
         if (!st || strcmp(st, "up"))
@@ -141,6 +149,9 @@ static uint64_t listed_size(struct cluster *c, const char *name, bool *here, jso
             if (json_is_true(json_object_get(n, "self")))
                 *here = true;
             size = (uint64_t)json_integer_value(json_object_get(m, "size_bytes"));
+            const char *sha = json_string_value(json_object_get(m, "sha256"));
+            if (sha256 && sha && strlen(sha) == 64 && strspn(sha, "0123456789abcdef") == 64)
+                memcpy(sha256, sha, 65);
             if (holders)
                 json_array_append(holders, json_object_get(n, "id"));
         }
@@ -149,16 +160,50 @@ static uint64_t listed_size(struct cluster *c, const char *name, bool *here, jso
     return size;
 }
 
+/* A finished copy against the sha256 its holders list (the one `racimo
+ * pull` verified against the Hub's): kept as the file's sha256 attribute
+ * when it matches, deleted when it does not. */
+static int check_sha256(const char *path, const char *want)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return rc_fail(RC_EIO, "%s: %s", path, strerror(errno));
+    crypto_hash_sha256_state st;
+    crypto_hash_sha256_init(&st);
+    uint8_t *buf = rc_malloc(1 << 20), h[crypto_hash_sha256_BYTES];
+    ssize_t r = buf ? 1 : -1;
+    while (r > 0)
+        if ((r = read(fd, buf, 1 << 20)) > 0)
+            crypto_hash_sha256_update(&st, buf, (unsigned long long)r);
+    rc_free(buf);
+    crypto_hash_sha256_final(&st, h);
+    char hex[65];
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", h[i]);
+    int rc = 0;
+    if (r < 0)
+        rc = rc_fail(RC_EIO, "%s: cannot read it to check its sha256", path);
+    else if (strcmp(hex, want)) {
+        unlink(path);
+        rc = rc_fail(RC_EFORMAT, "%s: sha256 %.16s... is not the %.16s... the holders list; "
+                     "the copy was deleted", path, hex, want);
+    } else if (os_file_tag_set(fd, "sha256", hex, 64)) {
+        rc_log(LOG_INFO, "copy: %s: sha256 verified, not recorded (%s)", path, rc_errmsg());
+    }
+    close(fd);
+    return rc;
+}
+
 static void *copy_thread(void *arg)
 {
     copy_job *j = arg;
     api_copies *a = j->owner;
-    char path[1200];
+    char path[1200], sha256[65] = "";
     uint64_t t0 = os_now_ns();
     int rc;
     for (;;) {
         bool here;
-        uint64_t size = listed_size(a->c, j->name, &here, NULL);
+        uint64_t size = listed_size(a->c, j->name, &here, NULL, sha256);
         struct statvfs vfs;
         if (here) {
             rc = 0;
@@ -182,6 +227,10 @@ static void *copy_thread(void *arg)
             break;
         }
         rc = weights_ensure(a->w, j->name, 0, -1, NULL, NULL, NULL, NULL, path, sizeof path);
+        /* blocks were checked against the content digest; the whole file
+         * too against the sha256 from the Hub, when the holders list one */
+        if (!rc && sha256[0])
+            rc = check_sha256(path, sha256);
         break;
     }
     char error[400];
@@ -330,7 +379,7 @@ int copies_request(api_server *s, struct evhttp_request *req, const char *body, 
         status = 400;
         api_fail(&e, status, "invalid_model", "model", "'model' names a model file of the "
                  "cluster (letters, digits, '-', '_', '.', '+')");
-    } else if (!listed_size(a->c, name, &here, holders) && !here &&
+    } else if (!listed_size(a->c, name, &here, holders, NULL) && !here &&
                cluster_model_path(a->c, name, path, sizeof path)) {
         status = 404;
         api_fail(&e, status, "model_not_found", "model", "no node up lists model '%.200s'",

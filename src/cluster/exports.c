@@ -173,6 +173,8 @@ static export_src *take_old(exports *e, entry *x)
  * it (an attribute of the file, on file systems that keep them).  Left
  * empty for a file that does not parse: it is listed anyway, and loading
  * it says what is wrong. */
+static void read_sha256(entry *x);
+
 static void describe(entry *x)
 {
     gguf_file *f = NULL;
@@ -188,6 +190,13 @@ static void describe(entry *x)
         snprintf(x->type, sizeof x->type, "%s", t ? t : "");
         gguf_close(f);
     }
+    read_sha256(x);
+}
+
+/* The sha256 attribute of a listed file.  Read again at each scan while it
+ * is missing: a copy from peers gets it once checked, after it is listed. */
+static void read_sha256(entry *x)
+{
     char v[65];
     size_t stem;
     uint32_t no, count;
@@ -289,6 +298,8 @@ static void scan_dir(exports *e, const char *dir, entry *v, int *n)
             }
             x.st = export_src_stat(x.src);
             describe(&x);
+        } else if (!x.sha256[0]) {
+            read_sha256(&x);
         }
         v[(*n)++] = x;
     }

@@ -111,6 +111,11 @@ left=$(ls -A "$T/n3/models" | grep '^e-F16')
 [ -z "$left" ] && ok "nothing of the copy is left on node 3" || bad "left on node 3: $left"
 wait_for 20 bash -c "$(declare -f view); P=$P; view 1 | jq -e '[.nodes[] | select(.models[]?.name == \"e-F16\")] | length == 2' >/dev/null" &&
   ok "nodes 1 and 2 list e-F16" || bad "nodes 1 and 2 list e-F16"
+# the copy was checked against the sha256 node 1 verified from the Hub, and keeps it
+want=$(sha256sum "$T/e-F16.gguf" | cut -c1-64)
+sha2() { [ "$(view 2 | jq -r '.nodes[] | select(.name == "node2") | .models[] | select(.name == "e-F16") | .sha256')" = "$want" ]; }
+wait_for 30 sha2 && ok "node 2's copy lists the Hub's sha256, checked after the copy" ||
+  bad "node 2's sha256 of e-F16: $(view 2 | jq -c '.nodes[] | select(.name == "node2") | .models')"
 
 # ---- two holders: node 2 copies pieces from both ----
 cp "$T/big.gguf" "$T/n1/models/big.gguf" && cp "$T/big.gguf" "$T/n3/models/big.gguf"
