@@ -6,10 +6,11 @@
  * split.no (u16, from 0), split.count (u16) and split.tensors.count (i32,
  * all parts together); the first part also holds the model's metadata.
  *
- * The loader reads a set in place (gguf_set.c); joining is for sharing:
- * `racimo pull` joins the parts it fetched (each checked against its own
- * sha256) with gguf_join, because the weight transfers between nodes and
- * the content digests are over the bytes of one file.
+ * The loader reads a set in place (gguf_set.c) and `racimo pull` keeps the
+ * parts as published; the joined layout matters for sharing: a node serves
+ * a set to its peers as the file gguf_join would write (gguf_joined_view),
+ * since the weight transfers and the content digests are over the bytes
+ * of one file.
  */
 #include "model/gguf.h"
 #include "model/gguf_internal.h"
