@@ -257,6 +257,15 @@ TEST_T(weights_pull_split_set, 120)
     CHECK(!memcmp(la, lb, sizeof(float) * 4 * 512));
     free(la);
     free(lb);
+    /* a copy given up (no room) leaves nothing: the part, its ranges and
+     * digests go */
+    char man[1100], dig[1100];
+    CHECK_OK(model_ranges_path(path, man, sizeof man));
+    snprintf(dig, sizeof dig, "%s.digests", path);
+    CHECK(access(man, F_OK) == 0 && access(dig, F_OK) == 0);
+    CHECK_OK(weights_discard(b.w, "m"));
+    CHECK(access(path, F_OK) != 0 && access(man, F_OK) != 0 && access(dig, F_OK) != 0);
+    CHECK_INT(weights_discard(b.w, "../m"), ==, RC_EINVAL);
     CHECK_OK(weights_ensure(b.w, "m", 0, -1, NULL, NULL, NULL, NULL, path, sizeof path));
     CHECK(strstr(path, "/b/models/m.gguf") && !strstr(path, ".part"));
     CHECK(same_bytes(path, joined));
