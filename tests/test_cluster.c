@@ -917,7 +917,7 @@ TEST_T(cluster_data_channel, 60)
     /* a node of another major version is told so, from its HELLO's first bytes */
     CHECK_INT(chan_dial("127.0.0.1", cluster_port(a), key, &fid, 1, 3, ida, 3000, &cb), ==,
               RC_EUNSUPPORTED);
-    CHECK(strstr(rc_errmsg(), "2.3") != NULL);
+    CHECK(strstr(rc_errmsg(), "2.4") != NULL);
     cluster_free(b);
     cluster_free(a);
 }

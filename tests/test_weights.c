@@ -15,6 +15,7 @@
 #include "cluster/cluster.h"
 #include "cluster/weights.h"
 #include "infer/stage.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "model/ranges.h"
 #include "model/synth.h"
@@ -215,6 +216,62 @@ TEST_T(weights_pull_half_then_rest, 120)
     char again_path[1024];
     CHECK_OK(weights_ensure(b.w, "m", 0, 2, NULL, NULL, NULL, NULL, again_path, sizeof again_path));
     CHECK_STR(again_path, path);
+    stop(&b);
+    stop(&a);
+}
+
+/* A holds model m as a split set of 3 parts (read in place): B pulls
+ * layers of it, then the rest, and gets the file `racimo join` writes,
+ * byte for byte; A's root digest of the set is the joined file's. */
+TEST_T(weights_pull_split_set, 120)
+{
+    node a, b;
+    char whole[800], prefix[800], joined[800], path[1024], parts[3][900];
+    snprintf(whole, sizeof whole, "%s/whole.gguf", test_tmpdir());
+    snprintf(prefix, sizeof prefix, "%s/a/models/m", test_tmpdir());
+    snprintf(joined, sizeof joined, "%s/joined.gguf", test_tmpdir());
+    mkdir(test_tmpdir(), 0700);
+    start(&a, "a", NULL, NULL, NULL);
+    stop(&a);
+    write_model(whole);
+    gguf_file *f;
+    CHECK_OK(gguf_open(whole, &f));
+    CHECK_OK(gguf_split_write(f, 3, prefix));
+    gguf_close(f);
+    const char *pp[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(parts[i], sizeof parts[i], "%s-%05d-of-00003.gguf", prefix, i + 1);
+        pp[i] = parts[i];
+    }
+    CHECK_OK(gguf_join(pp, 3, joined));
+    start(&a, "a", NULL, NULL, NULL);
+    start(&b, "b", cluster_join_token(a.c), &a, NULL);
+    wait_model(&b, cluster_self_id(a.c), "m");
+
+    /* the set's root is the joined file's (computed from each side) */
+    uint8_t ra[DIGEST_BYTES];
+    CHECK_OK(weights_model_root(a.w, "m", ra));
+    CHECK_OK(weights_ensure(b.w, "m", 4, 8, NULL, NULL, NULL, NULL, path, sizeof path));
+    CHECK(strstr(path, "/b/models/m.gguf.part"));
+    float *la = stage_logits(parts[0], 4, 8), *lb = stage_logits(path, 4, 8);
+    CHECK(!memcmp(la, lb, sizeof(float) * 4 * 512));
+    free(la);
+    free(lb);
+    /* a copy given up (no room) leaves nothing: the part, its ranges and
+     * digests go */
+    char man[1100], dig[1100];
+    CHECK_OK(model_ranges_path(path, man, sizeof man));
+    snprintf(dig, sizeof dig, "%s.digests", path);
+    CHECK(access(man, F_OK) == 0 && access(dig, F_OK) == 0);
+    CHECK_OK(weights_discard(b.w, "m"));
+    CHECK(access(path, F_OK) != 0 && access(man, F_OK) != 0 && access(dig, F_OK) != 0);
+    CHECK_INT(weights_discard(b.w, "../m"), ==, RC_EINVAL);
+    CHECK_OK(weights_ensure(b.w, "m", 0, -1, NULL, NULL, NULL, NULL, path, sizeof path));
+    CHECK(strstr(path, "/b/models/m.gguf") && !strstr(path, ".part"));
+    CHECK(same_bytes(path, joined));
+    uint8_t rb[DIGEST_BYTES];
+    CHECK_OK(weights_model_root(b.w, "m", rb));
+    CHECK(!memcmp(ra, rb, DIGEST_BYTES));
     stop(&b);
     stop(&a);
 }
@@ -427,6 +484,28 @@ static void second_holder(node *c, const char *name, const node *a, const char *
     snprintf(cpath, sizeof cpath, "%s/models/m.gguf", dir);
     CHECK_OK(link(apath, cpath));
     start(c, name, cluster_join_token(a->c), a, NULL);
+}
+
+/* Two holders: B's whole copy takes bytes from both, each block once. */
+TEST_T(weights_pull_from_two_holders, 120)
+{
+    node a, b, c;
+    char apath[800], path[1024];
+    a_has_model_b_not(&a, &b, apath, sizeof apath);
+    second_holder(&c, "c", &a, apath);
+    wait_model(&b, cluster_self_id(c.c), "m");
+    uint64_t a0 = weights_served_bytes(a.w), c0 = weights_served_bytes(c.w);
+    CHECK_OK(weights_ensure(b.w, "m", 0, -1, NULL, NULL, NULL, NULL, path, sizeof path));
+    CHECK(same_bytes(path, apath));
+    uint64_t from_a = weights_served_bytes(a.w) - a0, from_c = weights_served_bytes(c.w) - c0;
+    fprintf(stderr, "  %.1f MB from a, %.1f MB from c\n", (double)from_a / 1e6,
+            (double)from_c / 1e6);
+    CHECK_INT(from_a, >, 0);
+    CHECK_INT(from_c, >, 0);
+    CHECK_INT(from_a + from_c, ==, size_of(apath, NULL));
+    stop(&b);
+    stop(&c);
+    stop(&a);
 }
 
 /* Two holders of m, one of which serves altered bytes: the puller refuses

@@ -21,7 +21,6 @@
 #include "base/mem.h"
 #include "cluster/cluster.h"
 #include "hub/hub.h"
-#include "model/gguf.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -104,7 +103,6 @@ static void *pull_thread(void *arg)
     cfg.progress = on_progress;
     cfg.arg = p;
     cfg.cancel = &p->cancel;
-    cfg.join = gguf_join;
     hub_plan *plan = rc_malloc(sizeof *plan);
     int rc;
     push_line(p, json_pack("{s:s}", "status", "pulling manifest"));

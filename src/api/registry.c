@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/os.h"
+#include "model/gguf.h"
 #include "text/chat_template.h"
 
 #include <dirent.h>
@@ -77,15 +78,30 @@ static int add_file(api_registry *r, const char *path, bool read_only, bool prel
         return rc_fail(RC_EIO, "%s: not a readable file", path);
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    size_t len = strlen(base);
+    size_t len = strlen(base), stem;
+    uint32_t no, count;
+    uint64_t size = (uint64_t)st.st_size;
     if (len > 5 && !strcmp(base + len - 5, ".gguf"))
         len -= 5;
+    /* a split set is one model, named without the part suffix, listed by
+     * its first part with the bytes of all (a set with a part missing is
+     * listed too: loading it names the missing file) */
+    if (gguf_split_name(path, &stem, &no, &count)) {
+        if (no != 0 && preload)
+            return rc_fail(RC_EINVAL, "%s is part %u of %u of a split model: give its first "
+                           "part", path, no + 1, count);
+        if (no != 0)
+            return 0;
+        len = (size_t)(path + stem - base);
+        if (gguf_split_set_bytes(path, &size))
+            size = (uint64_t)st.st_size;
+    }
     api_model *m = find_locked(r, base, len);
     if (m) {
         if (m->deleted && !strcmp(m->path, path))
             m->deleted = false;         /* the file is back (pulled again) */
         if (m->state == MODEL_AVAILABLE && !strcmp(m->path, path)) {
-            m->size_bytes = (uint64_t)st.st_size;
+            m->size_bytes = size;
             m->mtime = st.st_mtime;
         }
         return 0;
@@ -104,7 +120,7 @@ static int add_file(api_registry *r, const char *path, bool read_only, bool prel
         rc_free(m);
         return RC_ENOMEM;
     }
-    m->size_bytes = (uint64_t)st.st_size;
+    m->size_bytes = size;
     m->mtime = st.st_mtime;
     m->read_only = read_only;
     m->preload = preload;
@@ -639,6 +655,24 @@ int registry_unload(api_registry *r, api_model *m)
     return 0;
 }
 
+/* Deletes a model's file, or every part of a split set (the first part
+ * last, so a set cut short by a failure is still found by its name). */
+static int unlink_model(const char *path)
+{
+    size_t stem;
+    uint32_t no, count;
+    char p[4096];
+    if (!gguf_split_name(path, &stem, &no, &count) || no != 0)
+        return unlink(path) == 0 ? 0 : rc_fail(RC_EIO, "%s: %s", path, strerror(errno));
+    for (uint32_t i = count; i-- > 0;) {
+        if (gguf_split_path(path, i, count, p, sizeof p))
+            return rc_fail(RC_EIO, "%s: cannot name part %u", path, i + 1);
+        if (unlink(p) != 0 && (errno != ENOENT || i == 0))
+            return rc_fail(RC_EIO, "%s: %s", p, strerror(errno));
+    }
+    return 0;
+}
+
 int registry_delete(api_registry *r, api_model *m)
 {
     int rc = 0;
@@ -661,9 +695,7 @@ int registry_delete(api_registry *r, api_model *m)
         rc = rc_fail(RC_ESTATE, "model '%s' is %s: stop it first (POST /v1/instances/stop, "
                      "racimo instances stop)", m->name,
                      m->state == MODEL_READY ? "loaded" : "loading");
-    else if (unlink(m->path) != 0)
-        rc = rc_fail(RC_EIO, "%s: %s", m->path, strerror(errno));
-    else
+    else if ((rc = unlink_model(m->path)) == 0)
         m->deleted = true;
     pthread_mutex_unlock(&r->mu);
     if (!rc) {

@@ -555,6 +555,7 @@ static const route routes[] = {
     { "/v1/models",           EVHTTP_REQ_GET,  -1 },
     { "/v1/models/pull",      EVHTTP_REQ_POST, -1 },
     { "/v1/models/copy",      EVHTTP_REQ_POST, -1 },
+    { "/v1/models/copies",    EVHTTP_REQ_GET,  -1 },
     { "/api/pull",            EVHTTP_REQ_POST, -1 },
     { "/api/delete",          EVHTTP_REQ_DELETE, -1 },
     { "/v1/cluster",          EVHTTP_REQ_GET,  -1 },
@@ -713,6 +714,8 @@ static void handle(struct evhttp_request *req, api_server *s, bool local)
         ollama_tags(s, req);
     else if (!strcmp(r->path, "/v1/models/copy"))
         status = copies_request(s, req, data, len);
+    else if (!strcmp(r->path, "/v1/models/copies"))
+        status = copies_status(s, req);
     else if (!strcmp(r->path, "/api/delete"))
         status = delete_model(s, req, data, len);
     else if (!strcmp(r->path, "/api/ps"))

@@ -16,7 +16,8 @@
  *   dashboard.c the web dashboard's built-in files (/ and /ui/...)
  *   power.c     this node's power, the cost of its models' tokens
  *   pull.c      POST /api/pull and /v1/models/pull: a thread per pull (src/hub)
- *   copy.c      POST /v1/models/copy: whole copies on every node (message 0x60)
+ *   copy.c      POST /v1/models/copy, GET /v1/models/copies: whole copies on every
+ *               node (messages 0x60, 0x61)
  *   forward.c   requests forwarded between nodes (and their API-key proofs)
  *   tls.c       HTTPS: OpenSSL contexts and bufferevents
  *
@@ -161,6 +162,11 @@ struct api_job {
 /* POST /v1/models/copy {"model"}: every node up without the model is asked
  * to copy it from those that list it; 202 {model, asked, holders}. */
 int copies_request(api_server *s, struct evhttp_request *req, const char *body, size_t len);
+
+/* GET /v1/models/copies: how the copies this node asked for ended, per
+ * model and node: {"copies":[{"model","node_id","node","state":"done" |
+ * "skipped" (no room) | "failed","error"}]}.  Returns 200. */
+int copies_status(api_server *s, struct evhttp_request *req);
 
 /* ---- pull.c ---- */
 /* POST /api/pull, /v1/models/pull: 0 when the pull started (answered when it

@@ -286,8 +286,10 @@ int cmd_bench(int argc, char **argv)
     {
         volatile uint8_t sink = 0;
         const gguf_file *f = m->file;
-        for (uint64_t off = f->data_offset; off < f->size_bytes; off += 4096)
-            sink ^= f->base[off];
+        for (uint32_t i = 0; i < gguf_n_files(f); i++)
+            for (uint64_t off = gguf_file_at(f, i)->data_offset;
+                 off < gguf_file_at(f, i)->size_bytes; off += 4096)
+                sink ^= gguf_file_at(f, i)->base[off];
         (void)sink;
         model_repack_release(m);   /* the repacked copies are what runs */
     }

@@ -1,6 +1,6 @@
 /* cmd_join.c - `racimo join`: the parts of a split GGUF model
- * (NAME-00001-of-00003.gguf ...) into one file, as `racimo pull` does with
- * the parts it fetches, for parts copied by hand. */
+ * (NAME-00001-of-00003.gguf ...) into one file, for whoever wants one: racimo
+ * loads and shares a set as it is (a peer receives the joined file anyway). */
 #include "cli.h"
 #include "model/gguf.h"
 
@@ -14,7 +14,8 @@ static void usage(FILE *f)
         "\n"
         "Joins the parts of a split GGUF model (llama.cpp's layout: split.no,\n"
         "split.count and split.tensors.count in each part), given in order, into one\n"
-        "file that racimo loads and shares with the cluster as any model.  Each part\n"
+        "file, the one the cluster's nodes receive when they copy the set.  (racimo\n"
+        "loads a set in place, by its first part: joining is not needed.)  Each part\n"
         "is checked to be the one expected; the output is written beside as\n"
         "MODEL.gguf.tmp and renamed when complete.\n");
 }

@@ -8,7 +8,6 @@
 #include "base/err.h"
 #include "base/os.h"
 #include "hub/hub.h"
-#include "model/gguf.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -25,12 +24,13 @@ static void usage(FILE *f)
         "\n"
         "Downloads a GGUF model from Hugging Face into the models folder: the file\n"
         "tagged QUANT (Q4_K_M, Q8_0..., any case; default Q4_K_M, or the repository's\n"
-        "only model), every part of a split model (joined into one file).  Each file\n"
-        "is checked against the sha256 the Hub lists before it appears in the\n"
-        "folder; an interrupted pull resumes where it stopped when run again.  A\n"
-        "running node serves the model\n"
-        "under its file name (without .gguf) and lists it to its cluster, whose nodes\n"
-        "fetch it from this one over the LAN.\n"
+        "only model), or every part of a split model (kept as published and loaded\n"
+        "in place, NAME-00001-of-0000N.gguf ... served as NAME).  Each file is\n"
+        "checked against the sha256 the Hub lists before it appears in the folder\n"
+        "(the parts of a set all at once); an interrupted pull resumes where it\n"
+        "stopped when run again.  A running node serves the model under its file\n"
+        "name (without .gguf) and lists it to its cluster, whose nodes fetch it\n"
+        "from this one over the LAN.\n"
         "\n"
         "  --file NAME       this file of the repository (a part of a split model\n"
         "                    brings all its parts)\n"
@@ -39,9 +39,11 @@ static void usage(FILE *f)
         "  --models-dir DIR  where to put it (default $RACIMO_MODELS_DIR, else\n"
         "                    $RACIMO_HOME/models, else ~/.racimo/models)\n"
         "  --everywhere      then have every node of the cluster copy the whole file\n"
-        "                    from the nodes that have it, peer to peer (POST\n"
-        "                    /v1/models/copy to the node at --url; a node without\n"
-        "                    room logs why); waits until each has it\n"
+        "                    from the nodes that have it, peer to peer, each node\n"
+        "                    reading pieces from up to 4 that have it (POST\n"
+        "                    /v1/models/copy to the node at --url); waits until\n"
+        "                    each has it or says why not (a node without room is\n"
+        "                    skipped, nothing of the copy left on it)\n"
         "  --url URL         the node for --everywhere (default http://127.0.0.1:8080;\n"
         "                    it must use the same models folder)\n"
         "  --api-key KEY     when that node requires one (default $RACIMO_API_KEY)\n"
@@ -147,8 +149,31 @@ static bool lists(json_t *v, const char *id, const char *model)
     return false;
 }
 
+/* The outcome node `who` reported for its copy of `model` (GET
+ * /v1/models/copies): "skipped", "failed" or NULL (none yet, or done);
+ * *error its message. */
+static const char *copy_outcome(json_t *copies, const char *who, const char *model,
+                                const char **error)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(copies, "copies"), i, c) {
+        const char *node = json_string_value(json_object_get(c, "node"));
+        const char *m = json_string_value(json_object_get(c, "model"));
+        const char *state = json_string_value(json_object_get(c, "state"));
+        if (node && m && state && !strcmp(node, who) && !strcmp(m, model) &&
+            strcmp(state, "done")) {
+            *error = json_string_value(json_object_get(c, "error"));
+            return state;
+        }
+    }
+    return NULL;
+}
+
 /* --everywhere: asks the node at url to have every node copy the model,
- * then waits until each node asked lists it.  0, or 1 after a message. */
+ * then waits until each node asked lists it or reports why it does not.
+ * 0 when every node has it or was skipped for want of room, or 1 after a
+ * message. */
 static int copy_everywhere(const char *url, const char *key, const char *model, uint64_t bytes,
                            bool quiet)
 {
@@ -167,19 +192,33 @@ static int copy_everywhere(const char *url, const char *key, const char *model, 
     /* a generous deadline: 2 minutes, and 1 MB/s for the bytes */
     uint64_t deadline = os_now_ns() + (120 + bytes / 1000000) * 1000000000ull;
     bool *seen = calloc(n_asked ? n_asked : 1, sizeof *seen);
+    size_t n_failed = 0;
     while (seen && n_done < n_asked && os_now_ns() < deadline && !interrupted) {
-        json_t *v;
+        json_t *v, *copies = NULL;
         if (!cli_http_json("GET", url, "/v1/cluster", key, NULL, 10, &v, err, sizeof err)) {
+            if (cli_http_json("GET", url, "/v1/models/copies", key, NULL, 10, &copies, err,
+                              sizeof err))
+                copies = NULL;             /* an older node: the listing alone tells */
             for (size_t i = 0; i < n_asked; i++) {
-                const char *who = json_string_value(json_array_get(asked, i));
+                const char *who = json_string_value(json_array_get(asked, i)), *error = NULL;
+                const char *state = who && !seen[i] ? copy_outcome(copies, who, model, &error)
+                                                    : NULL;
                 if (!seen[i] && who && lists(v, who, model)) {
                     seen[i] = true;
                     n_done++;
                     if (!quiet)
                         fprintf(stderr, "%s: has a verified copy (%zu/%zu)\n", who, n_done,
                                 n_asked);
+                } else if (state) {
+                    seen[i] = true;
+                    n_done++;
+                    n_failed += strcmp(state, "skipped") != 0;
+                    fprintf(stderr, "racimo: pull: --everywhere: %s %s: %s\n", who,
+                            strcmp(state, "skipped") ? "failed" : "was skipped",
+                            error ? error : "(no reason given)");
                 }
             }
+            json_decref(copies);
             json_decref(v);
         }
         if (n_done < n_asked)
@@ -189,7 +228,7 @@ static int copy_everywhere(const char *url, const char *key, const char *model, 
         if (!seen[i])
             fprintf(stderr, "racimo: pull: --everywhere: %s has no copy of %s yet (its log says "
                     "why: no room?)\n", json_string_value(json_array_get(asked, i)), model);
-    int rc = seen && n_done == n_asked ? 0 : 1;
+    int rc = seen && n_done == n_asked && !n_failed ? 0 : 1;
     free(seen);
     json_decref(r);
     return rc;
@@ -259,7 +298,6 @@ int cmd_pull(int argc, char **argv)
     cfg.progress = on_progress;
     cfg.arg = &po;
     cfg.cancel = &interrupted;
-    cfg.join = gguf_join;
 
     struct sigaction sa = { 0 };
     sa.sa_handler = on_sigint;

@@ -22,6 +22,7 @@
 #include "cluster/exports.h"
 
 #include "base/err.h"
+#include "model/gguf.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/os.h"
@@ -1321,11 +1322,13 @@ void cluster_set_published(struct cluster *c, const char *key, const json_t *val
         event_active(c->wake_ev, 0, 0);
 }
 
+/* NAME.gguf in dir, or a split set NAME-00001-of-0000N.gguf ... there. */
 static int model_in_dir(const char *dir, const char *name, char *out, size_t cap)
 {
     struct stat st;
     int n = snprintf(out, cap, "%s/%s.gguf", dir, name);
-    return n > 0 && (size_t)n < cap && !stat(out, &st) && S_ISREG(st.st_mode);
+    return (n > 0 && (size_t)n < cap && !stat(out, &st) && S_ISREG(st.st_mode)) ||
+           gguf_split_find(dir, name, out, cap);
 }
 
 const char *cluster_state_path(const struct cluster *c)

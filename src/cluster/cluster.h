@@ -213,8 +213,9 @@ void cluster_free(struct cluster *c);
  * memory.  For `racimo plan` with no cluster to ask. */
 json_t *cluster_local_hardware(const char *state_dir, uint64_t max_memory, bool bench);
 
-/* The local file of model `name` (NAME.gguf in the models folder, then in
- * the read-only folders) into out.  RC_ENOTFOUND when this node has none,
+/* The local file of model `name` (NAME.gguf, or the first part of a split
+ * set NAME-00001-of-0000N.gguf, in the models folder, then in the
+ * read-only folders) into out.  RC_ENOTFOUND when this node has none,
  * RC_EINVAL for a name that is not a plain file name. */
 int cluster_model_path(const struct cluster *c, const char *name, char *out, size_t cap);
 

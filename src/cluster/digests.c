@@ -81,7 +81,7 @@ int digests_parse(const char *s, uint8_t out[DIGEST_BYTES])
     return 0;
 }
 
-static int compute(int fd, const char *path, uint64_t size, digests *out)
+static int compute(const export_src *src, const char *path, uint64_t size, digests *out)
 {
     int rc = digests_alloc(out, size);
     uint8_t *buf = rc ? NULL : rc_malloc(DIGEST_BLOCK);
@@ -91,7 +91,7 @@ static int compute(int fd, const char *path, uint64_t size, digests *out)
     for (uint32_t i = 0; !rc && i < out->n; i++) {
         uint64_t off = (uint64_t)i * DIGEST_BLOCK;
         size_t len = size - off < DIGEST_BLOCK ? (size_t)(size - off) : DIGEST_BLOCK;
-        if (os_pread_full(fd, buf, len, off))
+        if (export_src_pread(src, buf, len, off))
             rc = rc_fail(RC_EIO, "%s: read error at byte %llu: %s", path, (ull)off,
                          errno ? strerror(errno) : "short file");
         else
@@ -209,13 +209,13 @@ void digests_cache_store(const char *cache_dir, const char *path, const export_s
         rc_log(LOG_WARN, "weights: cannot cache the digests of %s: %s", path, rc_errmsg());
 }
 
-int digests_of_file(const char *cache_dir, const char *path, int fd, const export_stat *st,
-                    digests *out)
+int digests_of_file(const char *cache_dir, const char *path, const export_src *src,
+                    const export_stat *st, digests *out)
 {
     char file[PATH_MAX];
     if (cache_file(cache_dir, path, file, sizeof file) && digests_read(file, st, out) == 0)
         return 0;
-    int rc = compute(fd, path, st->size, out);
+    int rc = compute(src, path, st->size, out);
     if (!rc)
         digests_cache_store(cache_dir, path, st, out);
     return rc;

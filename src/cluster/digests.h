@@ -45,12 +45,12 @@ void digests_root(const digests *d, uint8_t out[DIGEST_BYTES]);
 /* BLAKE2b-256 of one block's bytes. */
 void digests_block(const uint8_t *data, size_t len, uint8_t out[DIGEST_BYTES]);
 
-/* The digests of the open file fd (st: what fstat said of it), from the
- * cache in cache_dir (NULL: none) when it describes this very file, else
- * computed (the whole file is read once) and cached.  `path` keys the
+/* The digests of the bytes src serves (st: export_src_stat of it), from
+ * the cache in cache_dir (NULL: none) when it describes this very file,
+ * else computed (the whole file is read once) and cached.  `path` keys the
  * cache.  RC_EIO, RC_ENOMEM, RC_ELIMIT. */
-int digests_of_file(const char *cache_dir, const char *path, int fd, const export_stat *st,
-                    digests *out);
+int digests_of_file(const char *cache_dir, const char *path, const export_src *src,
+                    const export_stat *st, digests *out);
 
 /* Caches d as the digests of `path` as st describes it (a pulled copy
  * once complete); failures are logged, not returned. */

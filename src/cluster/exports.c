@@ -32,8 +32,8 @@
 typedef struct {
     char name[EXPORTS_NAME_MAX + 1];
     char path[PATH_MAX];
-    int fd;                       /* -1: held back by the allow-list (not opened) */
-    export_stat st;
+    export_src *src;              /* NULL: held back by the allow-list (not opened) */
+    export_stat st;               /* export_src_stat; before opening, export_ident */
     char family[32];              /* general.architecture ("" when unreadable) */
     char type[16];                /* the weight type holding the most bytes ("" unknown) */
     char sha256[65];              /* the sha256 `racimo pull` verified ("" unknown) */
@@ -42,6 +42,7 @@ typedef struct {
 struct exports {
     pthread_mutex_t mu;
     char *models_dir, *ro_dirs, *allow;     /* allow: ",a,b," or NULL (all) */
+    char *sets_noted;                       /* ",a,b,": names logged once (note_once) */
     entry *e;
     int n;
 };
@@ -112,8 +113,7 @@ int exports_new(const char *models_dir, const char *ro_dirs, const char *allow, 
 static void close_all(entry *v, int n)
 {
     for (int i = 0; i < n; i++)
-        if (v[i].fd >= 0)
-            close(v[i].fd);
+        export_src_unref(v[i].src);
 }
 
 void exports_free(exports *e)
@@ -125,6 +125,7 @@ void exports_free(exports *e)
     rc_free(e->models_dir);
     rc_free(e->ro_dirs);
     rc_free(e->allow);
+    rc_free(e->sets_noted);
     pthread_mutex_destroy(&e->mu);
     rc_free(e);
 }
@@ -143,22 +144,27 @@ static bool same_stat(const export_stat *a, const export_stat *b)
            a->ino == b->ino;
 }
 
-/* A copy of the old entry's descriptor of `name` when it still describes
- * the same file (the old table stays whole until it is replaced). */
-static int take_old(exports *e, entry *x)
+/* The old entry's source of `name` when it still describes the same file
+ * (x->st: its export_ident now; the old table stays whole until it is
+ * replaced). */
+static export_src *take_old(exports *e, entry *x)
 {
-    int fd = -1;
+    export_src *src = NULL;
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n; i++)
-        if (e->e[i].fd >= 0 && !strcmp(e->e[i].name, x->name) && same_stat(&e->e[i].st, &x->st)) {
-            fd = fcntl(e->e[i].fd, F_DUPFD_CLOEXEC, 0);
+        if (e->e[i].src && !strcmp(e->e[i].name, x->name)) {
+            export_stat id = export_src_ident(e->e[i].src);
+            if (!same_stat(&id, &x->st))
+                break;
+            src = export_src_ref(e->e[i].src);
+            x->st = e->e[i].st;
             memcpy(x->family, e->e[i].family, sizeof x->family);
             memcpy(x->type, e->e[i].type, sizeof x->type);
             memcpy(x->sha256, e->e[i].sha256, sizeof x->sha256);
             break;
         }
     pthread_mutex_unlock(&e->mu);
-    return fd;
+    return src;
 }
 
 /* What a listing shows of a file first seen, for people choosing a model
@@ -167,6 +173,8 @@ static int take_old(exports *e, entry *x)
  * it (an attribute of the file, on file systems that keep them).  Left
  * empty for a file that does not parse: it is listed anyway, and loading
  * it says what is wrong. */
+static void read_sha256(entry *x);
+
 static void describe(entry *x)
 {
     gguf_file *f = NULL;
@@ -182,8 +190,20 @@ static void describe(entry *x)
         snprintf(x->type, sizeof x->type, "%s", t ? t : "");
         gguf_close(f);
     }
+    read_sha256(x);
+}
+
+/* The sha256 attribute of a listed file.  Read again at each scan while it
+ * is missing: a copy from peers gets it once checked, after it is listed. */
+static void read_sha256(entry *x)
+{
     char v[65];
-    if (os_file_tag_get(x->fd, "sha256", v, 64) == 64 && strspn(v, "0123456789abcdef") == 64) {
+    size_t stem;
+    uint32_t no, count;
+    /* a set's parts each have their own sha256: none names the model */
+    if (!gguf_split_name(x->path, &stem, &no, &count) &&
+        os_file_tag_get(export_src_fd(x->src), "sha256", v, 64) == 64 &&
+        strspn(v, "0123456789abcdef") == 64) {
         memcpy(x->sha256, v, 64);
         x->sha256[64] = 0;
     }
@@ -195,9 +215,46 @@ static bool was_private(exports *e, const char *name)
     bool yes = false;
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n && !yes; i++)
-        yes = e->e[i].fd < 0 && !strcmp(e->e[i].name, name);
+        yes = !e->e[i].src && !strcmp(e->e[i].name, name);
     pthread_mutex_unlock(&e->mu);
     return yes;
+}
+
+/* Logs `msg` about `name` once per process (a scan runs every few
+ * seconds). */
+static void note_once(exports *e, const char *name, const char *msg)
+{
+    char key[EXPORTS_NAME_MAX + 3];
+    snprintf(key, sizeof key, ",%s,", name);
+    pthread_mutex_lock(&e->mu);
+    bool noted = e->sets_noted && strstr(e->sets_noted, key);
+    if (!noted) {
+        size_t old = e->sets_noted ? strlen(e->sets_noted) : 0;
+        char *grown = rc_realloc(e->sets_noted, old + strlen(key) + 1);
+        if (grown) {
+            snprintf(grown + (old ? old - 1 : 0), strlen(key) + 1, "%s", key);
+            e->sets_noted = grown;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!noted)
+        rc_log(LOG_WARN, "weights: model '%s' is not listed: %s", name, msg);
+}
+
+/* The model name of file `file` (len bytes before ".gguf"): its name, or
+ * for a split set's first part the set's; false for the other parts (the
+ * set is listed once, by its first part). */
+static bool model_name_of(const char *file, size_t len, char *out, size_t cap)
+{
+    size_t stem;
+    uint32_t no, count;
+    if (gguf_split_name(file, &stem, &no, &count)) {
+        if (no != 0)
+            return false;
+        len = stem;
+    }
+    snprintf(out, cap, "%.*s", (int)(len < cap ? len : cap - 1), file);
+    return len < cap;
 }
 
 static void scan_dir(exports *e, const char *dir, entry *v, int *n)
@@ -210,19 +267,22 @@ static void scan_dir(exports *e, const char *dir, entry *v, int *n)
         size_t len = strlen(de->d_name);
         if (len <= 5 || strcmp(de->d_name + len - 5, ".gguf"))
             continue;
-        entry x = { .fd = -1 };
-        snprintf(x.name, sizeof x.name, "%.*s", (int)(len - 5), de->d_name);
+        entry x = { .src = NULL };
         char man[PATH_MAX + 16];
-        struct stat st;
         bool dup = false;
+        if (!model_name_of(de->d_name, len - 5, x.name, sizeof x.name))
+            continue;
         for (int i = 0; i < *n && !dup; i++)
             dup = !strcmp(v[i].name, x.name);
-        if (dup || len - 5 > EXPORTS_NAME_MAX || exports_check_name(x.name) ||
+        if (dup || exports_check_name(x.name) ||
             (size_t)snprintf(x.path, sizeof x.path, "%s/%s", dir, de->d_name) >= sizeof x.path ||
-            model_ranges_path(x.path, man, sizeof man) || access(man, F_OK) == 0 ||
-            stat(x.path, &st) != 0 || !S_ISREG(st.st_mode))
+            model_ranges_path(x.path, man, sizeof man) || access(man, F_OK) == 0)
             continue;
-        x.st = exports_stat(&st);
+        if (export_ident(x.path, &x.st)) {
+            if (strcmp(x.name, de->d_name))        /* a set with a part missing */
+                note_once(e, x.name, rc_errmsg());
+            continue;
+        }
         if (!allowed(e, x.name)) {
             if (!was_private(e, x.name))
                 rc_log(LOG_INFO, "weights: model '%s' stays private to this node (not in the "
@@ -230,18 +290,16 @@ static void scan_dir(exports *e, const char *dir, entry *v, int *n)
             v[(*n)++] = x;
             continue;
         }
-        if ((x.fd = take_old(e, &x)) < 0) {
-            /* resolved here, once: later reads go through this descriptor,
-             * whatever the name points to by then */
-            x.fd = open(x.path, O_RDONLY | O_CLOEXEC);
-            if (x.fd < 0)
-                continue;
-            if (fstat(x.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-                close(x.fd);
+        if (!(x.src = take_old(e, &x))) {
+            if (export_src_open(x.path, &x.src)) {
+                if (strcmp(x.name, de->d_name))
+                    note_once(e, x.name, rc_errmsg());
                 continue;
             }
-            x.st = exports_stat(&st);
+            x.st = export_src_stat(x.src);
             describe(&x);
+        } else if (!x.sha256[0]) {
+            read_sha256(&x);
         }
         v[(*n)++] = x;
     }
@@ -273,7 +331,7 @@ json_t *exports_scan(exports *e)
             p++;
     }
     for (int i = 0; i < n; i++)
-        if (v[i].fd >= 0)
+        if (v[i].src)
             json_array_append_new(arr, json_pack("{s:s, s:I, s:s*, s:s*, s:s*}", "name", v[i].name,
                                                  "size_bytes", (json_int_t)v[i].st.size,
                                                  "family", v[i].family[0] ? v[i].family : NULL,
@@ -290,21 +348,21 @@ json_t *exports_scan(exports *e)
     return arr;
 }
 
-int exports_open(exports *e, const char *name, int *fd, export_stat *st, char *path, size_t cap)
+int exports_open(exports *e, const char *name, export_src **src, export_stat *st, char *path,
+                 size_t cap)
 {
     int rc = rc_fail(RC_ENOTFOUND, "model '%s' is not among the models this node lists", name);
+    *src = NULL;
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n; i++) {
         const entry *x = &e->e[i];
         if (strcmp(x->name, name))
             continue;
-        if (x->fd < 0) {
+        if (!x->src) {
             rc = rc_fail(RC_ESTATE, "model '%s' is not exported by this node (its racimo serve "
                          "--export list)", name);
-        } else if ((*fd = fcntl(x->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
-            rc = rc_fail(RC_EIO, "model '%s': cannot dup its descriptor: %s", name,
-                         strerror(errno));
         } else {
+            *src = export_src_ref(x->src);
             *st = x->st;
             if (path)
                 snprintf(path, cap, "%s", x->path);

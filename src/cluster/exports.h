@@ -2,7 +2,8 @@
  *
  * What a node publishes in its STATE (`models`) and what its weight server
  * (weights.c) answers for are one table, so a peer can pull exactly the
- * files a node lists and nothing else.  A scan looks for NAME.gguf in the
+ * files a node lists and nothing else.  A scan looks for NAME.gguf (and
+ * split sets NAME-00001-of-0000N.gguf ..., listed as NAME) in the
  * models folder and then the read-only folders (the first folder holding a
  * name wins), skips incomplete copies (a NAME.gguf.ranges manifest beside
  * them) and names the allow-list leaves out, and opens each file once,
@@ -43,11 +44,48 @@ void exports_free(exports *e);                  /* accepts NULL */
  * Logs once per name a model the allow-list keeps private.  Any thread. */
 json_t *exports_scan(exports *e);
 
-/* A descriptor of listed model `name` (a dup: the caller closes it) and
- * what fstat said of it when listed; *path (may be NULL, cap bytes) gets
- * the path it was listed under.  RC_ENOTFOUND (not listed), RC_ESTATE (on
- * this node but the allow-list keeps it private), RC_EIO.  Any thread. */
-int exports_open(exports *e, const char *name, int *fd, export_stat *st, char *path, size_t cap);
+/* What a node serves for one listed model: one file read through the
+ * descriptor opened when it was listed, or a split set (NAME-00001-of-
+ * 0000N.gguf ..., listed as NAME) read as the one file `racimo join` would
+ * write from it, byte for byte (export_src.c).  Reference counted; any
+ * thread. */
+typedef struct export_src export_src;
+
+/* Opens `path` (a file, or a set by its first part).  RC_EIO,
+ * RC_ENOTFOUND (a part missing), gguf_open's codes for a set whose heads
+ * do not parse, RC_ENOMEM. */
+int export_src_open(const char *path, export_src **out);
+export_src *export_src_ref(export_src *s);
+void export_src_unref(export_src *s);              /* accepts NULL */
+
+/* The served bytes [off, off + len): 0, or -1 with errno (0: outside the
+ * file, or it became shorter). */
+int export_src_pread(const export_src *s, void *buf, size_t len, uint64_t off);
+
+/* The served file as fstat would describe it (size: the served bytes;
+ * for a set mtime, device and inode combine its parts', see
+ * export_ident). */
+export_stat export_src_stat(const export_src *s);
+
+/* Bytes before the served file's data section; a head that does not parse
+ * is its gguf error, naming `path`. */
+int export_src_head(const export_src *s, const char *path, uint64_t *head);
+
+/* The first file's descriptor (owned by s): its attributes. */
+int export_src_fd(const export_src *s);
+
+/* Identity of what `path` names now, to see whether a listed source still
+ * describes it: its stat, or for a set the parts' together (sizes and
+ * mtimes added, inodes mixed).  RC_EIO, RC_ENOTFOUND. */
+int export_ident(const char *path, export_stat *out);
+export_stat export_src_ident(const export_src *s);
+
+/* A source of listed model `name` (a reference: the caller unrefs it) and
+ * its export_src_stat; *path (may be NULL, cap bytes) gets the path it was
+ * listed under.  RC_ENOTFOUND (not listed), RC_ESTATE (on this node but
+ * the allow-list keeps it private).  Any thread. */
+int exports_open(exports *e, const char *name, export_src **src, export_stat *st, char *path,
+                 size_t cap);
 
 /* 0 when `name` is a plain model name (1 to EXPORTS_NAME_MAX bytes, no
  * '/', '\\', '..', leading '.' or control characters), else RC_EINVAL with

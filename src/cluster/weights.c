@@ -3,13 +3,26 @@
  * Every message starts with a u32 request id chosen by the requester; a
  * reply carries the id of its request and an i32 status (0, or a negative
  * RC_E* code followed by a message).  The requester keeps at most
- * WEIGHTS_WINDOW requests in flight in `slots`; the cluster thread fills a
- * slot when its reply arrives and wakes the requester, which checks
- * digests and writes the file.  The serving side keeps no state per
- * request: each one reads through the descriptor the listing opened.
+ * WEIGHTS_WINDOW requests in flight per holder in `slots`; the cluster
+ * thread fills a slot when its reply arrives and wakes the requester,
+ * which checks digests and writes the file.
  *
- * Divisions: names and paths; pins and local digests;
- * serving; requests and replies; the pull.
+ * A pull reads from up to MAX_SOURCES holders at once: the first holder
+ * gives the info and the block digests (checked against the root), every
+ * other node up that lists the model and whose INFO carries the same root
+ * becomes a source too, also one that finished its own copy during the
+ * pull (the holders are looked for again every second).  The blocks to
+ * fetch are cut into pieces of PIECE_BLOCKS; each source works through one
+ * piece at a time, WEIGHTS_WINDOW reads in flight, and takes the next
+ * piece when done.  A source whose reply fails or does not match its
+ * digest is left out of the pull and what it owed goes to the others.
+ *
+ * The serving side keeps no state per request: each one reads through the
+ * source the listing opened (exports.h; a split set is served as its
+ * joined file).
+ *
+ * Divisions: names and paths; pins and local digests; serving; requests
+ * and replies; several holders at once; the pull.
  */
 #include "weights.h"
 #include "cluster.h"
@@ -45,6 +58,10 @@ enum {
 #define NODE_HEX   33
 #define MAX_PINS   256
 #define MAX_TRIED  32                     /* holders one pull tries */
+#define MAX_SOURCES 4                     /* holders one pull reads from at once */
+#define W_SLOTS (WEIGHTS_WINDOW * MAX_SOURCES + 1)  /* + 1: a new source's INFO */
+#define PIECE_BLOCKS 64                   /* 16 MiB: what one source is given at a time */
+#define REFRESH_NS 1000000000ull          /* how often a pull looks for new holders */
 
 typedef unsigned long long ull;
 
@@ -97,12 +114,13 @@ struct weights {
     served_digests served;   /* the serving thread's */
     pthread_mutex_t mu;      /* slots, next_id, hooks, pins */
     pthread_cond_t cv;
-    slot slots[WEIGHTS_WINDOW];
+    slot slots[W_SLOTS];
     uint32_t next_id;
     pin pins[MAX_PINS];
     int n_pins;
     pthread_mutex_t ensure_mu;   /* one pull at a time */
     uint64_t tamper_nth, n_received;
+    uint64_t served_bytes;       /* block bytes sent to peers (mu) */
     int mute;
     bool alter;
     int timeout_ms;
@@ -144,14 +162,16 @@ typedef struct {
     int rc;
 } find_ctx;
 
-/* A complete NAME.gguf (no manifest) in `dir`; a symlink the owner put
- * there counts (this is the node's own use, not a peer's request). */
+/* A complete NAME.gguf (no manifest), or a split set NAME-00001-of-...,
+ * in `dir`; a symlink the owner put there counts (this is the node's own
+ * use, not a peer's request). */
 static int find_in_dir(void *ctx, const char *dir)
 {
     find_ctx *f = ctx;
     char cand[PATH_MAX], man[PATH_MAX + 16];
     if ((size_t)snprintf(cand, sizeof cand, "%s/%s.gguf", dir, f->name) >= sizeof cand ||
-        !is_file(cand) || model_ranges_path(cand, man, sizeof man) || access(man, F_OK) == 0)
+        ((!is_file(cand) || model_ranges_path(cand, man, sizeof man) || access(man, F_OK) == 0) &&
+         !gguf_split_find(dir, f->name, cand, sizeof cand)))
         return 0;
     if ((size_t)snprintf(f->out, f->cap, "%s", cand) >= f->cap) {
         f->rc = rc_fail(RC_ELIMIT, "%s: path too long", cand);
@@ -246,21 +266,17 @@ int weights_pin(weights *w, const char *name, const uint8_t root[DIGEST_BYTES])
     return rc ? rc : set_pin(w, name, root, "the user", true);
 }
 
-/* The digests of local file `path` (open, fstat, cache or compute). */
+/* The digests of local file `path` (a split set by its first part: of
+ * the file it is served as), from the cache or computed. */
 static int local_digests(weights *w, const char *path, digests *d)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0)
-        return rc_fail(RC_EIO, "%s: cannot open: %s", path, strerror(errno));
-    int rc;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = rc_fail(RC_EIO, "%s: not a regular file", path);
-    } else {
-        export_stat es = exports_stat(&st);
-        rc = digests_of_file(w->cache_dir, path, fd, &es, d);
-    }
-    close(fd);
+    export_src *src;
+    int rc = export_src_open(path, &src);
+    if (rc)
+        return rc;
+    export_stat es = export_src_stat(src);
+    rc = digests_of_file(w->cache_dir, path, src, &es, d);
+    export_src_unref(src);
     return rc;
 }
 
@@ -317,47 +333,38 @@ static int parse_request(const uint8_t *d, size_t len, size_t fields, uint32_t *
     return exports_check_name(name);
 }
 
-/* The listed file of `name` (a descriptor the caller closes). */
-static int open_served(weights *w, const char *name, int *fd, export_stat *st, char *path,
-                       size_t cap)
+/* The listed source of `name` (a reference the caller drops). */
+static int open_served(weights *w, const char *name, export_src **src, export_stat *st,
+                       char *path, size_t cap)
 {
     exports *e = cluster_exports(w->c);
     if (!e)
         return rc_fail(RC_ENOTFOUND, "this node lists no models");
-    return exports_open(e, name, fd, st, path, cap);
+    return exports_open(e, name, src, st, path, cap);
 }
 
 /* The digests of the served file of `name`, kept for the next request. */
-static int served_digests_of(weights *w, const char *name, int *fd, const digests **d)
+static int served_digests_of(weights *w, const char *name, const digests **d)
 {
     char path[PATH_MAX];
     export_stat st;
-    int rc = open_served(w, name, fd, &st, path, sizeof path);
+    export_src *src;
+    int rc = open_served(w, name, &src, &st, path, sizeof path);
     if (rc)
         return rc;
     served_digests *s = &w->served;
     if (!s->valid || memcmp(&s->st, &st, sizeof st)) {
         digests_free(&s->d);
         s->valid = false;
-        /* the head is parsed from the listed descriptor, not the path */
-        char fdpath[PATH_MAX];
-#ifdef __linux__
-        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", *fd);
-#else
-        snprintf(fdpath, sizeof fdpath, "%s", path);
-#endif
-        gguf_file *f = NULL;
-        if ((rc = gguf_open_meta(fdpath, &f)) ||
-            (rc = digests_of_file(w->cache_dir, path, *fd, &st, &s->d))) {
-            gguf_close(f);
-            close(*fd);
+        if ((rc = export_src_head(src, path, &s->head)) ||
+            (rc = digests_of_file(w->cache_dir, path, src, &st, &s->d))) {
+            export_src_unref(src);
             return rc_wrap(rc, "model '%s': ", name);
         }
-        s->head = f->data_offset;
-        gguf_close(f);
         s->st = st;
         s->valid = true;
     }
+    export_src_unref(src);
     *d = &s->d;
     return 0;
 }
@@ -365,10 +372,9 @@ static int served_digests_of(weights *w, const char *name, int *fd, const digest
 static int serve_info(weights *w, const char *from, uint32_t id, const char *name)
 {
     const digests *d;
-    int fd, rc = served_digests_of(w, name, &fd, &d);
+    int rc = served_digests_of(w, name, &d);
     if (rc)
         return rc;
-    close(fd);
     uint8_t buf[8 + 8 + 8 + 4 + DIGEST_BYTES];
     le_put32(buf, id);
     le_put32(buf + 4, 0);
@@ -385,23 +391,24 @@ static int serve_read(weights *w, const char *from, uint32_t id, const char *nam
     uint64_t off = le_get64(rest);
     uint32_t len = le_get32(rest + 8);
     export_stat st;
-    int fd, rc;
+    export_src *src;
+    int rc;
     if (len == 0 || len > WEIGHTS_CHUNK)
         return rc_fail(RC_EINVAL, "read of %u bytes (1 to %u)", len, WEIGHTS_CHUNK);
-    if ((rc = open_served(w, name, &fd, &st, NULL, 0)))
+    if ((rc = open_served(w, name, &src, &st, NULL, 0)))
         return rc;
     if (off > st.size || len > st.size - off) {
-        close(fd);
+        export_src_unref(src);
         return rc_fail(RC_ERANGE, "bytes [%llu, %llu) lie outside model '%s' (%llu bytes)",
                        (ull)off, (ull)off + len, name, (ull)st.size);
     }
     const size_t hdr = 4 + 4 + 8 + 4;
     uint8_t *buf = rc_malloc(hdr + len);
     if (!buf) {
-        close(fd);
+        export_src_unref(src);
         return rc_fail(RC_ENOMEM, "out of memory for a block");
     }
-    if (os_pread_full(fd, buf + hdr, len, off)) {
+    if (export_src_pread(src, buf + hdr, len, off)) {
         rc = rc_fail(RC_EIO, "model '%s': read error at byte %llu", name, (ull)off);
     } else {
         le_put32(buf, id);
@@ -414,9 +421,12 @@ static int serve_read(weights *w, const char *from, uint32_t id, const char *nam
         if (alter)                       /* tests only: a member serving poisoned bytes */
             buf[hdr + len / 2] ^= 0x01;
         rc = cluster_send(w->c, from, W_DATA, buf, hdr + len);
+        pthread_mutex_lock(&w->mu);
+        w->served_bytes += rc ? 0 : len;
+        pthread_mutex_unlock(&w->mu);
     }
     rc_free(buf);
-    close(fd);
+    export_src_unref(src);
     return rc;
 }
 
@@ -425,10 +435,9 @@ static int serve_digests(weights *w, const char *from, uint32_t id, const char *
 {
     uint32_t first = le_get32(rest), count = le_get32(rest + 4);
     const digests *d;
-    int fd, rc = served_digests_of(w, name, &fd, &d);
+    int rc = served_digests_of(w, name, &d);
     if (rc)
         return rc;
-    close(fd);
     if (count == 0 || count > WEIGHTS_PAGE || first > d->n || count > d->n - first)
         return rc_fail(RC_ERANGE, "block digests [%u, %llu) of model '%s' (%u blocks; at most "
                        "%d a message)", first, (ull)first + count, name, d->n, WEIGHTS_PAGE);
@@ -477,7 +486,7 @@ static void on_reply(weights *w, const char *from, int type, const uint8_t *data
         return;
     uint32_t id = le_get32(data);
     pthread_mutex_lock(&w->mu);
-    for (int i = 0; i < WEIGHTS_WINDOW; i++) {
+    for (int i = 0; i < W_SLOTS; i++) {
         slot *s = &w->slots[i];
         if (!s->used || s->done || s->id != id || s->reply_type != type || strcmp(s->node, from))
             continue;
@@ -563,7 +572,7 @@ void weights_on_node_down(weights *w, const char *node_id)
     if (!w || !node_id)
         return;
     pthread_mutex_lock(&w->mu);
-    for (int i = 0; i < WEIGHTS_WINDOW; i++) {
+    for (int i = 0; i < W_SLOTS; i++) {
         slot *s = &w->slots[i];
         if (s->used && !s->done && !strcmp(s->node, node_id)) {
             snprintf(s->err, sizeof s->err, "node %.8s went down", node_id);
@@ -587,12 +596,12 @@ static int request(weights *w, const char *node, int type, uint8_t *msg, size_t 
 {
     pthread_mutex_lock(&w->mu);
     int k = -1;
-    for (int i = 0; i < WEIGHTS_WINDOW && k < 0; i++)
+    for (int i = 0; i < W_SLOTS && k < 0; i++)
         if (!w->slots[i].used)
             k = i;
     if (k < 0) {
         pthread_mutex_unlock(&w->mu);
-        return rc_fail(RC_ELIMIT, "more than %d weight requests in flight", WEIGHTS_WINDOW);
+        return rc_fail(RC_ELIMIT, "more than %d weight requests in flight", W_SLOTS);
     }
     slot *s = &w->slots[k];
     memset(s, 0, sizeof *s);
@@ -676,6 +685,16 @@ typedef struct {
     void *ud;
     uint64_t done, total, t0;
     bool holder_fault;           /* the last failure was the holder's: try another */
+    const char *peer_id;         /* the caller's one holder, or NULL: any */
+    struct source {
+        char node[NODE_HEX];
+        char who[96];
+        uint64_t bytes;          /* verified bytes it sent */
+        int inflight;
+        bool bad;                /* left out (its root, its replies or its bytes) */
+    } src[MAX_TRIED];
+    int n_src;
+    uint64_t refreshed_ns;
 } pull;
 
 static size_t req_header(uint8_t *msg, const char *name)
@@ -686,13 +705,13 @@ static size_t req_header(uint8_t *msg, const char *name)
     return 5 + n;
 }
 
-static int send_read(pull *p, uint64_t off, uint32_t len, int *si)
+static int send_read(pull *p, const char *node, uint64_t off, uint32_t len, int *si)
 {
     uint8_t msg[5 + WEIGHTS_NAME_MAX + 12];
     size_t k = req_header(msg, p->name);
     le_put64(msg + k, off);
     le_put32(msg + k + 8, len);
-    return request(p->w, p->node, W_READ_REQ, msg, k + 12, si);
+    return request(p->w, node, W_READ_REQ, msg, k + 12, si);
 }
 
 static uint32_t block_len(const digests *d, uint32_t b)
@@ -703,7 +722,7 @@ static uint32_t block_len(const digests *d, uint32_t b)
 
 /* A block's reply: it must answer the request and match its digest; then
  * it is written and counts as verified. */
-static int take_block(pull *p, uint32_t b, const uint8_t *body, size_t n)
+static int take_block(pull *p, struct source *src, uint32_t b, const uint8_t *body, size_t n)
 {
     uint64_t off = (uint64_t)b * DIGEST_BLOCK;
     uint32_t len = block_len(&p->dig, b);
@@ -711,20 +730,22 @@ static int take_block(pull *p, uint32_t b, const uint8_t *body, size_t n)
     p->holder_fault = true;
     if (n != 12 + (size_t)len || le_get64(body) != off || le_get32(body + 8) != len)
         return rc_fail(RC_EFORMAT, "node %s: malformed reply for bytes [%llu, %llu) of model "
-                       "'%s'", p->who, (ull)off, (ull)(off + len), p->name);
+                       "'%s'", src->who, (ull)off, (ull)(off + len), p->name);
     digests_block(body + 12, len, h);
     if (sodium_memcmp(h, p->dig.d[b], DIGEST_BYTES))
         return rc_fail(RC_EFORMAT, "node %s sent bytes [%llu, %llu) of model '%s' that do not "
-                       "match the model's content digest; nothing of them was kept", p->who,
+                       "match the model's content digest; nothing of them was kept", src->who,
                        (ull)off, (ull)(off + len), p->name);
     p->holder_fault = false;
     if (os_pwrite_full(p->fd, body + 12, len, off))
-        return rc_fail(RC_EIO, "model '%s': cannot write bytes [%llu, %llu) of the copy: %s",
-                       p->name, (ull)off, (ull)(off + len), strerror(errno));
+        return rc_fail(errno == ENOSPC || errno == EDQUOT ? RC_ELIMIT : RC_EIO,
+                       "model '%s': cannot write bytes [%llu, %llu) of the copy: %s", p->name,
+                       (ull)off, (ull)(off + len), strerror(errno));
     int rc = model_ranges_add(p->ranges, off, off + len);
     if (rc)
         return rc;
     p->done += len;
+    src->bytes += len;
     if (p->progress) {
         double s = (double)(os_now_ns() - p->t0) * 1e-9;
         p->progress(p->ud, p->done, p->total, s > 0 ? (double)p->done / s : 0.0);
@@ -732,42 +753,193 @@ static int take_block(pull *p, uint32_t b, const uint8_t *body, size_t n)
     return 0;
 }
 
-/* Fetches blocks b[0..n), WEIGHTS_WINDOW reads in flight. */
+/* ---- several holders at once ---- */
+
+static int ask_info(pull *p, const char *node, const char *who, uint64_t *size, uint64_t *head,
+                    uint8_t root[DIGEST_BYTES]);
+
+/* The source for `node`, added (good) when the pull has none for it. */
+static struct source *source_of(pull *p, const char *node)
+{
+    for (int i = 0; i < p->n_src; i++)
+        if (!strcmp(p->src[i].node, node))
+            return &p->src[i];
+    if (p->n_src == MAX_TRIED)
+        return NULL;
+    struct source *src = &p->src[p->n_src++];
+    memset(src, 0, sizeof *src);
+    snprintf(src->node, sizeof src->node, "%s", node);
+    node_label(p->w, node, src->who, sizeof src->who);
+    return src;
+}
+
+/* Leaves source s out of this pull: the rest of its piece is to redo. */
+static void leave_out(pull *p, int s, int code, const uint32_t *b, size_t *piece_at,
+                      const size_t *piece_end, uint32_t *redo, size_t *n_redo, int *last_code,
+                      char *last_err, size_t cap)
+{
+    struct source *src = &p->src[s];
+    if (src->bad)
+        return;
+    src->bad = true;
+    *last_code = code;
+    while (piece_at[s] < piece_end[s])
+        redo[(*n_redo)++] = b[piece_at[s]++];
+    snprintf(last_err, cap, "%s", rc_errmsg());
+    rc_log(LOG_WARN, "weights: %s; leaving node %s out of this pull", last_err, src->who);
+}
+
+/* Adds the nodes up that list the model (and are not sources yet) whose
+ * INFO carries this pull's root and size, up to MAX_SOURCES good ones.  A
+ * node with another root is logged and left out; one that does not answer
+ * is tried again at the next look. */
+static void add_sources(pull *p)
+{
+    int good = 0;
+    for (int i = 0; i < p->n_src; i++)
+        good += !p->src[i].bad;
+    p->refreshed_ns = os_now_ns();
+    if (p->peer_id || good >= MAX_SOURCES || p->n_src >= MAX_TRIED)
+        return;
+    json_t *snap = cluster_snapshot(p->w->c), *n, *m;
+    size_t i, j;
+    json_array_foreach(json_object_get(snap, "nodes"), i, n) {
+        const char *id = json_string_value(json_object_get(n, "id"));
+        const char *state = json_string_value(json_object_get(n, "state"));
+        bool lists = false, known = false;
+        if (!id || json_is_true(json_object_get(n, "self")) || !state || strcmp(state, "up"))
+            continue;
+        json_array_foreach(json_object_get(n, "models"), j, m) {
+            const char *mn = json_string_value(json_object_get(m, "name"));
+            lists = lists || (mn && !strcmp(mn, p->name));
+        }
+        for (int k = 0; k < p->n_src && !known; k++)
+            known = !strcmp(p->src[k].node, id);
+        if (!lists || known || good >= MAX_SOURCES || p->n_src >= MAX_TRIED)
+            continue;
+        struct source *src = &p->src[p->n_src];
+        uint64_t size, head;
+        uint8_t root[DIGEST_BYTES];
+        memset(src, 0, sizeof *src);
+        snprintf(src->node, sizeof src->node, "%s", id);
+        node_label(p->w, id, src->who, sizeof src->who);
+        int rc = ask_info(p, id, src->who, &size, &head, root);
+        if (rc == RC_EIO || rc == RC_ELIMIT || rc == RC_ESTATE)
+            continue;                     /* busy, going, or private: maybe later */
+        if (!rc && (size != p->dig.size || sodium_memcmp(root, p->root, DIGEST_BYTES)))
+            rc = rc_fail(RC_EFORMAT, "node %s holds another version of model '%s' (not the "
+                         "content digest of %s)", src->who, p->name, p->root_from);
+        p->n_src++;
+        if (rc) {
+            src->bad = true;
+            rc_log(LOG_WARN, "weights: %s; not reading from it", rc_errmsg());
+        } else {
+            good++;
+        }
+    }
+    json_decref(snap);
+}
+
+/* Fetches blocks b[0..n): pieces of PIECE_BLOCKS handed to the sources,
+ * WEIGHTS_WINDOW reads in flight each; a source that fails is left out
+ * and its blocks go to the others.  Fails (holder_fault set) only when no
+ * source is left. */
 static int fetch_blocks(pull *p, const uint32_t *b, size_t n)
 {
-    struct { int slot; uint32_t blk; } q[WEIGHTS_WINDOW];
-    size_t head = 0, count = 0, next = 0;
-    int rc = 0;
-    while (!rc && (next < n || count)) {
-        while (!rc && next < n && count < WEIGHTS_WINDOW) {
-            size_t k = (head + count) % WEIGHTS_WINDOW;
-            q[k].blk = b[next];
-            if ((rc = send_read(p, (uint64_t)b[next] * DIGEST_BLOCK, block_len(&p->dig, b[next]),
-                                &q[k].slot))) {
-                p->holder_fault = true;
-                break;
+    typedef struct { int slot, src; uint32_t blk; } req;
+    req q[W_SLOTS];
+    size_t head = 0, count = 0, next = 0;          /* next: first block not yet handed out */
+    size_t *piece_end = rc_calloc(MAX_TRIED, sizeof *piece_end);
+    size_t *piece_at = rc_calloc(MAX_TRIED, sizeof *piece_at);
+    uint32_t *redo = rc_mallocarray(n ? n : 1, sizeof *redo);
+    size_t n_redo = 0;
+    int rc = 0, last_code = RC_EIO;
+    char last_err[512] = "";
+    struct source *first = source_of(p, p->node);
+    if (!piece_end || !piece_at || !redo || !first) {
+        rc_free(piece_end);
+        rc_free(piece_at);
+        rc_free(redo);
+        return rc_fail(RC_ENOMEM, "out of memory planning a pull");
+    }
+    for (;;) {
+        if (os_now_ns() - p->refreshed_ns >= REFRESH_NS && (next < n || n_redo))
+            add_sources(p);
+        /* hand out reads: blocks to redo first, then each source's piece */
+        bool sent = true;
+        while (sent && count < W_SLOTS - 1) {
+            sent = false;
+            for (int s = 0; s < p->n_src && count < W_SLOTS - 1; s++) {
+                struct source *src = &p->src[s];
+                if (src->bad || src->inflight >= WEIGHTS_WINDOW)
+                    continue;
+                uint32_t blk;
+                if (n_redo) {
+                    blk = redo[--n_redo];
+                } else {
+                    if (piece_at[s] >= piece_end[s] && next < n) {
+                        piece_at[s] = next;
+                        next = n - next < PIECE_BLOCKS ? n : next + PIECE_BLOCKS;
+                        piece_end[s] = next;
+                    }
+                    if (piece_at[s] >= piece_end[s])
+                        continue;
+                    blk = b[piece_at[s]++];
+                }
+                req *r = &q[(head + count) % W_SLOTS];
+                *r = (req){ -1, s, blk };
+                if (send_read(p, src->node, (uint64_t)blk * DIGEST_BLOCK,
+                              block_len(&p->dig, blk), &r->slot)) {
+                    redo[n_redo++] = blk;
+                    leave_out(p, s, RC_EIO, b, piece_at, piece_end, redo, &n_redo, &last_code,
+                              last_err, sizeof last_err);
+                    continue;
+                }
+                src->inflight++;
+                count++;
+                sent = true;
             }
-            count++;
-            next++;
         }
-        if (rc || !count)
+        if (!count) {
+            bool left = next < n || n_redo;
+            for (int s = 0; s < p->n_src && !left; s++)
+                left = piece_at[s] < piece_end[s];
+            if (left) {                   /* every source left out: the last one's error */
+                p->holder_fault = true;
+                rc = last_err[0] ? rc_fail(last_code, "%s", last_err)
+                                 : rc_fail(RC_EIO, "model '%s': no holder answered", p->name);
+            }
             break;
-        size_t k = head;
-        head = (head + 1) % WEIGHTS_WINDOW;
+        }
+        req *r = &q[head];
+        struct source *src = &p->src[r->src];
+        head = (head + 1) % W_SLOTS;
         count--;
+        src->inflight--;
         const uint8_t *body;
         size_t len;
-        if (!(rc = await(p->w, q[k].slot, &body, &len)))
-            rc = take_block(p, q[k].blk, body, len);
-        else
-            p->holder_fault = true;
-        release(p->w, q[k].slot);
+        int e = src->bad ? RC_EIO : await(p->w, r->slot, &body, &len);
+        if (!e && (e = take_block(p, src, r->blk, body, len)) && !p->holder_fault) {
+            release(p->w, r->slot);       /* a local write failed: no holder can help */
+            rc = e;
+            break;
+        }
+        release(p->w, r->slot);
+        if (e) {
+            redo[n_redo++] = r->blk;
+            leave_out(p, r->src, e, b, piece_at, piece_end, redo, &n_redo, &last_code,
+                      last_err, sizeof last_err);
+        }
     }
     while (count) {                       /* after a failure: drop what is in flight */
         release(p->w, q[head].slot);
-        head = (head + 1) % WEIGHTS_WINDOW;
+        p->src[q[head].src].inflight--;
+        head = (head + 1) % W_SLOTS;
         count--;
     }
+    rc_free(piece_end);
+    rc_free(piece_at);
+    rc_free(redo);
     return rc;
 }
 
@@ -869,16 +1041,15 @@ static int pick_peer(weights *w, const char *name, const char *peer_id,
                    "--export)", name);
 }
 
-/* INFO from the holder: sizes and its root, bounded and checked against
- * the root this pull trusts (or pinned as it, the first time). */
-static int remote_info(pull *p, uint64_t *size, uint64_t *head)
+/* INFO from `node`: sizes and its root, bounded. */
+static int ask_info(pull *p, const char *node, const char *who, uint64_t *size, uint64_t *head,
+                    uint8_t root[DIGEST_BYTES])
 {
     uint8_t msg[5 + WEIGHTS_NAME_MAX];
     size_t k = req_header(msg, p->name);
     const uint8_t *b;
     size_t n;
-    int si, rc = request(p->w, p->node, W_INFO_REQ, msg, k, &si);
-    p->holder_fault = true;
+    int si, rc = request(p->w, node, W_INFO_REQ, msg, k, &si);
     if (rc)
         return rc;
     /* a holder asked for the first time hashes the file once (~1 GB/s) */
@@ -887,7 +1058,6 @@ static int remote_info(pull *p, uint64_t *size, uint64_t *head)
         release(p->w, si);
         return rc;
     }
-    uint8_t root[DIGEST_BYTES];
     uint32_t block = n == 52 ? le_get32(b + 16) : 0;
     *size = n == 52 ? le_get64(b) : 0;
     *head = n == 52 ? le_get64(b + 8) : 0;
@@ -897,11 +1067,23 @@ static int remote_info(pull *p, uint64_t *size, uint64_t *head)
     if (n != 52 || *size == 0 || *size > DIGEST_FILE_MAX || *head == 0 || *head > *size ||
         *head > WEIGHTS_HEAD_MAX)
         return rc_fail(RC_EFORMAT, "node %s: malformed or out-of-bounds info for model '%s' "
-                       "(%zu bytes; file %llu, head %llu)", p->who, p->name, n, (ull)*size,
+                       "(%zu bytes; file %llu, head %llu)", who, p->name, n, (ull)*size,
                        (ull)*head);
     if (block != DIGEST_BLOCK)
         return rc_fail(RC_EFORMAT, "node %s digests model '%s' in blocks of %u bytes, this node "
-                       "in blocks of %u", p->who, p->name, block, DIGEST_BLOCK);
+                       "in blocks of %u", who, p->name, block, DIGEST_BLOCK);
+    return 0;
+}
+
+/* INFO from the holder, checked against the root this pull trusts (or
+ * pinned as it, the first time). */
+static int remote_info(pull *p, uint64_t *size, uint64_t *head)
+{
+    uint8_t root[DIGEST_BYTES];
+    p->holder_fault = true;
+    int rc = ask_info(p, p->node, p->who, size, head, root);
+    if (rc)
+        return rc;
     char theirs[DIGEST_HEX], ours[DIGEST_HEX];
     digests_hex(root, theirs);
     if (!p->have_root) {
@@ -1111,7 +1293,7 @@ int weights_ensure_shard(weights *w, const char *model_name, int first, int last
     }
     model_ranges r;
     pull p = { .w = w, .name = model_name, .part = part, .dfile = dfile, .ranges = &r,
-               .progress = progress, .ud = ud, .t0 = os_now_ns() };
+               .progress = progress, .ud = ud, .t0 = os_now_ns(), .peer_id = peer_id };
     /* a copy without its block digests (an older version's) starts over */
     if ((rc = model_ranges_read(man, &r)) || !is_file(part) ||
         digests_read(dfile, NULL, &p.dig) || p.dig.size != r.file_bytes) {
@@ -1154,12 +1336,22 @@ int weights_ensure_shard(weights *w, const char *model_name, int first, int last
         if (peer_id || n_tried == MAX_TRIED)
             break;
         snprintf(tried[n_tried++], NODE_HEX, "%s", p.node);
+        for (int i = 0; i < p.n_src && n_tried < MAX_TRIED; i++) {
+            bool known = false;               /* sources left out: not the next holder */
+            for (int t = 0; t < n_tried && !known; t++)
+                known = !strcmp(tried[t], p.src[i].node);
+            if (p.src[i].bad && !known)
+                snprintf(tried[n_tried++], NODE_HEX, "%s", p.src[i].node);
+        }
         if (p.root_tofu) {
             /* a root is taken on first use only from a holder whose bytes
              * match it: the next holder's replaces it (and what was
-             * checked against it is fetched again) */
+             * checked against it is fetched again, from sources checked
+             * against the new one) */
             p.have_root = p.root_tofu = false;
             digests_free(&p.dig);
+            p.n_src = 0;
+            p.refreshed_ns = 0;
         }
     }
     rc = finish(&p, rc, man, final, path_out, cap);
@@ -1172,10 +1364,18 @@ int weights_ensure_shard(weights *w, const char *model_name, int first, int last
     else if (rc)
         rc_wrap(rc, "pulling layers %d-%d of '%s': ", first, last < 0 ? -1 : last - 1,
                 model_name);
-    else if (p.done)
-        rc_log(LOG_INFO, "weights: pulled %.1f MB of '%s' from node %s in %.1f s, every "
-               "block checked against its content digest", (double)p.done / 1e6, model_name,
-               p.who, (double)(os_now_ns() - p.t0) * 1e-9);
+    else if (p.done) {
+        char from[600];
+        size_t k = 0;
+        from[0] = 0;
+        for (int i = 0; i < p.n_src && k < sizeof from; i++)
+            if (p.src[i].bytes)
+                k += (size_t)snprintf(from + k, sizeof from - k, "%snode %s (%.1f MB)",
+                                      k ? ", " : "", p.src[i].who, (double)p.src[i].bytes / 1e6);
+        rc_log(LOG_INFO, "weights: pulled %.1f MB of '%s' from %s in %.1f s, every block "
+               "checked against its content digest", (double)p.done / 1e6, model_name, from,
+               (double)(os_now_ns() - p.t0) * 1e-9);
+    }
 free:
     digests_free(&p.dig);
     model_ranges_free(&r);
@@ -1251,7 +1451,7 @@ void weights_free(weights *w)
     weights_stop(w);
     pthread_mutex_destroy(&w->jobs_mu);
     pthread_cond_destroy(&w->jobs_cv);
-    for (int i = 0; i < WEIGHTS_WINDOW; i++)
+    for (int i = 0; i < W_SLOTS; i++)
         rc_free(w->slots[i].reply);
     digests_free(&w->served.d);
     pthread_mutex_destroy(&w->mu);
@@ -1277,4 +1477,33 @@ void weights_test_alter(weights *w, bool on)
     pthread_mutex_lock(&w->mu);
     w->alter = on;
     pthread_mutex_unlock(&w->mu);
+}
+
+uint64_t weights_served_bytes(weights *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint64_t n = w->served_bytes;
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+int weights_discard(weights *w, const char *name)
+{
+    char final[PATH_MAX], part[PATH_MAX + 8], man[PATH_MAX + 16], dfile[PATH_MAX + 16];
+    int rc = exports_check_name(name);
+    if (rc)
+        return rc;
+    if ((size_t)snprintf(final, sizeof final, "%s/%s.gguf", w->models_dir, name) >= sizeof final)
+        return rc_fail(RC_ELIMIT, "models folder path too long");
+    snprintf(part, sizeof part, "%s.part", final);
+    snprintf(dfile, sizeof dfile, "%s.digests", part);
+    if ((rc = model_ranges_path(final, man, sizeof man)))
+        return rc;
+    pthread_mutex_lock(&w->ensure_mu);         /* not while a pull writes them */
+    const char *files[3] = { part, man, dfile };
+    for (int i = 0; i < 3 && !rc; i++)
+        if (unlink(files[i]) != 0 && errno != ENOENT)
+            rc = rc_fail(RC_EIO, "%s: cannot delete: %s", files[i], strerror(errno));
+    pthread_mutex_unlock(&w->ensure_mu);
+    return rc;
 }

@@ -15,6 +15,9 @@
  * not match is logged (id and name), left out, and the pull continues from
  * another holder; sizes and counts a peer sends are bounded before anything
  * is allocated and the copy is sized only to a size the root vouches for.
+ * The blocks come from up to 4 holders at once, in pieces of 16 MiB (a
+ * node that completed its copy during the pull becomes one), so copying a
+ * model to many nodes spreads over the nodes that have it.
  *
  * The copy keeps the original layout in a sparse file
  * <models_dir>/NAME.gguf.part; the verified byte ranges go to the manifest
@@ -88,6 +91,7 @@ typedef void (*weights_progress_fn)(void *ud, uint64_t done, uint64_t total, dou
  *                root, or a head that does not parse,
  *   RC_EIO       the holders went down or stopped answering, or a local
  *                write failed,
+ *   RC_ELIMIT    the models folder is full (ENOSPC, EDQUOT),
  * with a detail naming the model, the node and the byte range.  What was
  * verified before a failure is kept for the next call. */
 int weights_ensure(weights *w, const char *model_name, int first, int last,
@@ -117,6 +121,15 @@ int weights_pin(weights *w, const char *name, const uint8_t root[DIGEST_BYTES]);
  * down handler (cluster_set_down_handler has a single slot, which the owner
  * shares among its users).  Any thread. */
 void weights_on_node_down(weights *w, const char *node_id);
+
+/* Deletes what an unfinished pull of `name` left in the models folder
+ * (NAME.gguf.part, its manifest and block digests), for a copy given up
+ * for want of room.  A complete NAME.gguf is kept.  RC_EINVAL (not a plain
+ * name), RC_EIO.  Waits for a pull running in this node. */
+int weights_discard(weights *w, const char *name);
+
+/* Block bytes this node has sent to peers since it started.  Any thread. */
+uint64_t weights_served_bytes(weights *w);
 
 /* For tests: corrupt the data of the nth block this node receives from now
  * on (1 = the next; 0 = never), as a damaged transfer would; and, when

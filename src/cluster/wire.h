@@ -45,7 +45,7 @@
 #include <sodium.h>
 
 #define WIRE_PROTO_MAJOR 2
-#define WIRE_PROTO_MINOR 3
+#define WIRE_PROTO_MINOR 4
 
 #define WIRE_KEY_BYTES   32
 #define WIRE_ID_BYTES    16

@@ -42,8 +42,8 @@ typedef struct {
 /* What a pull fetches: one file, or every part of a split GGUF in order. */
 typedef struct {
     char repo[256];           /* ORG/REPO */
-    /* the model's file name in the models folder: the file's, or for a
-     * split model its parts' without -0000N-of-0000M (joined, see join) */
+    /* the model's file name: the file's, or for a split model its parts'
+     * without -0000N-of-0000M (the joined file's name, see join) */
     char set_name[HUB_PATH_MAX];
     hub_file files[HUB_MAX_FILES];
     int n_files;
@@ -80,8 +80,8 @@ typedef struct {
                                * (default 60 when 0) */
     /* Joins the verified parts of a split model (paths in order) into one
      * file `out` (gguf_join: the caller brings the model layer); the parts
-     * are then deleted.  NULL: the parts go into the models folder as they
-     * are. */
+     * are then deleted.  NULL (what racimo does): the parts go into the
+     * models folder as they are, once all are verified, the first last. */
     int (*join)(const char *const *parts, int n, const char *out);
 } hub_config;
 
@@ -116,8 +116,9 @@ int hub_resolve(const hub_config *cfg, const char *name, const char *file, hub_p
  * mismatch), RC_ESTATE (cancelled), RC_ELIMIT (not enough free space). */
 int hub_download(const hub_config *cfg, const hub_plan *plan);
 
-/* The model name a pulled plan is served under: its set_name (with join)
- * or first file's name without ".gguf" (the registry's naming). */
+/* The model name a pulled plan is served under: its set_name for a split
+ * model (joined or not: the registry names a set so), else its file's
+ * name, without ".gguf". */
 
 void hub_model_name(const hub_config *cfg, const hub_plan *plan, char *out, size_t cap);
 

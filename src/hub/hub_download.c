@@ -408,6 +408,23 @@ static int join_parts(const hub_config *cfg, const hub_plan *plan, const char *s
     return 0;
 }
 
+/* The verified parts of a split model moved from the staging folder into
+ * the models folder, the first part last: a set is found by its first part
+ * (gguf_split_name), so it appears whole or not at all. */
+static int place_parts(const hub_config *cfg, const hub_plan *plan, const char *staging)
+{
+    for (int i = plan->n_files - 1; i >= 0; i--) {
+        char from[4096 + HUB_PATH_MAX + 8], to[4096 + HUB_PATH_MAX + 8];
+        snprintf(from, sizeof from, "%s/%s", staging, plan->files[i].name);
+        snprintf(to, sizeof to, "%s/%s", cfg->models_dir, plan->files[i].name);
+        if (rename(from, to))
+            return rc_fail(RC_EIO, "moving %s into the models folder: %s", from,
+                           strerror(errno));
+    }
+    sync_dir(cfg->models_dir);
+    return 0;
+}
+
 int hub_download(const hub_config *cfg, const hub_plan *plan)
 {
     if (!cfg->models_dir || !*cfg->models_dir)
@@ -419,14 +436,16 @@ int hub_download(const hub_config *cfg, const hub_plan *plan)
     int rc = make_dir(cfg->models_dir);
     if (rc)
         return rc;
-    /* a split model's verified parts wait in the staging folder for the join */
-    bool join = plan->n_files > 1 && cfg->join;
-    const char *dest = join ? staging : cfg->models_dir;
+    /* a split model's verified parts wait in the staging folder for the
+     * join, or to be placed together */
+    bool set = plan->n_files > 1, join = set && cfg->join;
+    const char *dest = set ? staging : cfg->models_dir;
     char final[4096 + HUB_PATH_MAX + 8];
     struct stat st;
-    snprintf(final, sizeof final, "%s/%s", cfg->models_dir, plan->set_name);
-    if (join && !stat(final, &st))
-        return 0;   /* joined by an earlier pull */
+    snprintf(final, sizeof final, "%s/%s", cfg->models_dir,
+             join || !set ? plan->set_name : plan->files[0].name);
+    if (set && !stat(final, &st) && (join || (uint64_t)st.st_size == plan->files[0].size))
+        return 0;   /* joined or placed by an earlier pull */
     bool done[HUB_MAX_FILES];
     uint64_t need = bytes_missing(plan, staging, dest, done);
     struct statvfs vfs;
@@ -458,6 +477,8 @@ int hub_download(const hub_config *cfg, const hub_plan *plan)
     }
     if (!rc && join)
         rc = join_parts(cfg, plan, staging);
+    else if (!rc && set)
+        rc = place_parts(cfg, plan, staging);
     /* an empty staging folder goes; one with parts to resume stays */
     rmdir(staging);
     return rc;

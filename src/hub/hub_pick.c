@@ -316,7 +316,8 @@ out:
 
 void hub_model_name(const hub_config *cfg, const hub_plan *plan, char *out, size_t cap)
 {
-    const char *n = plan->n_files > 1 && cfg->join ? plan->set_name
+    (void)cfg;                  /* joined or not, a set is served by its set name */
+    const char *n = plan->n_files > 1 ? plan->set_name
                   : plan->n_files ? plan->files[0].name : "";
     size_t len = strlen(n);
     if (len > 5 && !strcasecmp(n + len - 5, ".gguf"))

@@ -80,14 +80,21 @@ void lm_prefault(const lm *l, void (*progress)(void *ctx, double done), void *ct
     const gguf_file *f = l->file;
     if (!f || !l->m)
         return;
-    const uint64_t total = f->size_bytes - f->data_offset, step = 4096;
-    uint64_t next = 0;
+    const uint64_t step = 4096;
+    uint64_t total = 0, done = 0, next = 0;
+    for (uint32_t i = 0; i < gguf_n_files(f); i++)
+        total += gguf_file_at(f, i)->size_bytes - gguf_file_at(f, i)->data_offset;
     volatile uint8_t sink = 0;
-    for (uint64_t off = 0; off < total; off += step) {
-        sink ^= f->base[f->data_offset + off];
-        if (progress && off >= next) {
-            progress(ctx, (double)off / (double)total);
-            next += total / 50 + 1;
+    /* every file of a split set: each part is a mapping of its own */
+    for (uint32_t i = 0; i < gguf_n_files(f); i++) {
+        const gguf_file *g = gguf_file_at(f, i);
+        for (uint64_t off = g->data_offset; g->n_tensors && off < g->size_bytes;
+             off += step, done += step) {
+            sink ^= g->base[off];
+            if (progress && done >= next) {
+                progress(ctx, (double)done / (double)total);
+                next += total / 50 + 1;
+            }
         }
     }
     (void)sink;

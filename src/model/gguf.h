@@ -76,7 +76,10 @@ typedef struct {
     uint64_t    size_bytes;
     const void *data;              /* into a mapping; NULL after gguf_open_meta
                                       until gguf_map_tensors maps it */
-    uint64_t    file_offset;       /* absolute offset of the data in the file */
+    uint64_t    file_offset;       /* absolute offset of the data in the file
+                                      (the file of part `part` for a split set) */
+    uint32_t    part;              /* split set: the part holding the data
+                                      (parts[part]); 0 for one file */
 } gguf_tensor;
 
 typedef struct gguf_file {
@@ -91,9 +94,18 @@ typedef struct gguf_file {
     const uint8_t *base;           /* the file's bytes from 0: all of them after
                                       gguf_open, gguf_parse and a gguf_map_tensors
                                       that mapped every tensor; only the head
-                                      [0, data_offset) after gguf_open_meta */
-    uint64_t    size_bytes;        /* of the whole file */
-    void       *map_handle;        /* owned mappings (NULL for gguf_parse) */
+                                      [0, data_offset) after gguf_open_meta;
+                                      the first part's for a split set */
+    uint64_t    size_bytes;        /* of the whole file (all parts together
+                                      for a split set) */
+    void       *map_handle;        /* owned mappings (NULL for gguf_parse and
+                                      split sets) */
+    /* A split set opened by its first part: every part as a file of its
+     * own (owned); kv, alignment, data_offset and base are the first
+     * part's, tensors those of every part in part order.  0 and NULL for
+     * one file. */
+    uint32_t    n_parts;
+    struct gguf_file **parts;
     /* Private to gguf_read.c: keys and tensor names sorted, for look-up. */
     struct gguf__index *kv_index;
     struct gguf__index *tensor_index;
@@ -106,7 +118,13 @@ typedef struct gguf_file {
 #define GGUF_MAX_ARRAY_DEPTH 8
 
 /* Maps and parses `path`.  On success *out owns the mapping; free with
- * gguf_close.  On failure *out is NULL and the return is
+ * gguf_close.  A file with split.count > 1 is the first part of a split
+ * model (NAME-00001-of-0000N.gguf): the other parts are opened from the
+ * same folder by their names and *out is the whole model (n_parts, parts),
+ * after checking every part's split.no, split.count and
+ * split.tensors.count, the tensor total and that no tensor name is used
+ * twice; a missing or wrong part is RC_ENOTFOUND / RC_EFORMAT naming its
+ * file, and any other part given here is RC_EFORMAT naming the first.  On failure *out is NULL and the return is
  *   RC_EIO          the file cannot be opened or mapped (or is a directory),
  *   RC_EFORMAT      malformed: truncated, bad magic, bad type, inconsistent
  *                   sizes or offsets, duplicates,
@@ -124,8 +142,8 @@ int gguf_open(const char *path, gguf_file **out);
  * messages (NULL: "<memory>").  Errors as gguf_open, without RC_EIO. */
 int gguf_parse(const uint8_t *data, size_t size, const char *name, gguf_file **out);
 
-/* Like gguf_open (same checks, same errors, same messages) but maps only
- * the head of the file, growing the mapping while the parse needs more: every
+/* Like gguf_open (same checks, same errors, same messages, split sets
+ * too) but maps only the head of the file (of each part), growing the mapping while the parse needs more: every
  * tensor's `data` is NULL until gguf_map_tensors.  The file stays open for
  * that.  Thread safe. */
 int gguf_open_meta(const char *path, gguf_file **out);
@@ -144,6 +162,15 @@ int gguf_open_meta(const char *path, gguf_file **out);
 int gguf_map_tensors(gguf_file *f, const bool *need);
 
 void gguf_close(gguf_file *f);     /* accepts NULL and half-built files */
+
+/* The files of f: 1 for one file, n_parts for a split set; gguf_file_at(f,
+ * i) is file i as a gguf_file of its own (f itself for one file), for code
+ * that reads bytes through `base` (prefaulting) or by file offset. */
+static inline uint32_t gguf_n_files(const gguf_file *f) { return f->n_parts ? f->n_parts : 1; }
+static inline const gguf_file *gguf_file_at(const gguf_file *f, uint32_t i)
+{
+    return f->n_parts ? f->parts[i] : f;
+}
 
 /* Metadata look-up; NULL if absent. */
 const gguf_value *gguf_get(const gguf_file *f, const char *key);
@@ -229,11 +256,39 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
  * (ftruncate: a sparse file on file systems that have them). */
 int gguf_writer_write_head(gguf_writer *w, const char *path);
 
+/* The head alone, [0, data offset), into a malloc'd buffer (free with
+ * rc_free), with each tensor's absolute offset in the file the writer
+ * would write (offsets: one per tensor added, or NULL) and that file's
+ * size.  RC_ENOMEM, RC_EINVAL. */
+int gguf_writer_head_mem(gguf_writer *w, uint8_t **head, size_t *head_bytes, uint64_t *offsets,
+                         uint64_t *total_bytes);
+
 /* Same, into a malloc'd buffer (for tests and fuzz seeds); free with rc_free. */
 int gguf_writer_write_mem(gguf_writer *w, gguf_fill_fn fill, void *ctx,
                           uint8_t **out, size_t *out_size);
 
-/* ---- split models (gguf_split.c) ---- */
+/* ---- split models (gguf_split.c, gguf_set.c) ---- */
+
+#define GGUF_SPLIT_MAX 99999
+
+/* When the file name at the end of `path` is NAME-NNNNN-of-MMMMM.gguf
+ * (five digits each, 1 <= N <= M): true, *stem_len the length of `path` up
+ * to NAME's end, *no = N - 1 and *count = M.  Else false. */
+bool gguf_split_name(const char *path, size_t *stem_len, uint32_t *no, uint32_t *count);
+
+/* The path of part `no` (from 0) of `count` beside part `path` (a name
+ * gguf_split_name accepts).  RC_EINVAL (not a part's name), RC_ELIMIT
+ * (cap too small). */
+int gguf_split_path(const char *path, uint32_t no, uint32_t count, char *out, size_t cap);
+
+/* The first part of a split set named `name` in folder `dir`
+ * (dir/NAME-00001-of-0000N.gguf) into out; false when there is none (or
+ * cap is too small).  Reads the folder. */
+bool gguf_split_find(const char *dir, const char *name, char *out, size_t cap);
+
+/* The bytes of every part of the set whose first part is `path`, found by
+ * name (stat only, no parse): RC_ENOTFOUND naming the first part missing. */
+int gguf_split_set_bytes(const char *path, uint64_t *bytes);
 
 /* Writes f (every tensor mapped: gguf_open) as n_parts files
  * PREFIX-00001-of-0000N.gguf..., the tensors in order and spread evenly,
@@ -248,5 +303,21 @@ int gguf_split_write(const gguf_file *f, int n_parts, const char *prefix);
  * a tensor name used twice), the detail naming the file; gguf_open's codes
  * for a part that does not parse; RC_EIO for the output. */
 int gguf_join(const char *const *paths, int n, const char *out);
+
+/* The file gguf_join would write from split set `set` (gguf_open or
+ * gguf_open_meta of its first part), byte for byte, described without
+ * writing it: its head, and where each of set's tensors lies in it (the
+ * bytes between tensors are zeros).  A node serves a set to its peers as
+ * this one file, so the set and its joined file have one content digest. */
+typedef struct {
+    uint8_t  *head;                /* [0, head_bytes) of the joined file */
+    size_t    head_bytes;
+    uint64_t *offset;              /* [set->n_tensors]: absolute offsets */
+    uint64_t  size_bytes;          /* of the joined file */
+} gguf_joined;
+
+/* RC_EINVAL (not a set), RC_ENOMEM, the writer's codes. */
+int gguf_joined_view(const gguf_file *set, gguf_joined *out);
+void gguf_joined_free(gguf_joined *j);     /* accepts a zeroed struct */
 
 #endif

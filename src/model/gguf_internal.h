@@ -24,6 +24,18 @@ enum {
  * from tensor_row_bytes, called only once they are known not to overflow. */
 int gguf__tensor_bytes(uint32_t type, const int64_t ne[GGUF_MAX_DIMS], uint64_t *bytes);
 
+/* One file as gguf_open (meta false) or gguf_open_meta (meta true) would
+ * open it, split.* keys left unread (gguf_set.c builds sets of these). */
+int gguf__open_one(const char *path, bool meta, gguf_file **out);
+
+/* A split part's split.no, split.count and split.tensors.count;
+ * RC_EFORMAT naming the part when one is absent or not an integer. */
+int gguf__split_keys(const gguf_file *f, uint32_t *no, uint32_t *count, uint32_t *tensors);
+
+/* Builds f's tensor index; *a and *b are two tensors with the same name,
+ * or both f->n_tensors.  RC_ENOMEM. */
+int gguf__index_tensors(gguf_file *f, uint64_t *a, uint64_t *b);
+
 /* Bytes gguf_open_meta maps first (it doubles them while the head needs
  * more); tests lower it to make the regrowth happen on small files. */
 extern size_t gguf__meta_initial_bytes;

@@ -740,7 +740,7 @@ static void maps_free(struct gguf__maps *m)
     rc_free(m);
 }
 
-int gguf_open(const char *path, gguf_file **out)
+static int open_whole(const char *path, gguf_file **out)
 {
     gguf_file *f;
     uint64_t need;
@@ -766,7 +766,7 @@ int gguf_open(const char *path, gguf_file **out)
 
 size_t gguf__meta_initial_bytes = 1u << 20;
 
-int gguf_open_meta(const char *path, gguf_file **out)
+static int open_head(const char *path, gguf_file **out)
 {
     gguf_file *f = NULL;
     int rc;
@@ -805,6 +805,43 @@ int gguf_open_meta(const char *path, gguf_file **out)
     return 0;
 }
 
+int gguf__open_one(const char *path, bool meta, gguf_file **out)
+{
+    return meta ? open_head(path, out) : open_whole(path, out);
+}
+
+int gguf__index_tensors(gguf_file *f, uint64_t *a, uint64_t *b)
+{
+    uint64_t dup;
+    rc_free(f->tensor_index);
+    if (!(f->tensor_index = build_index(tensor_name, f, f->n_tensors, &dup)))
+        return rc_fail(RC_ENOMEM, "%s: out of memory indexing tensors", f->path);
+    *a = *b = f->n_tensors;
+    if (dup < f->n_tensors) {
+        *a = f->tensor_index[dup - 1].i;
+        *b = f->tensor_index[dup].i;
+    }
+    return 0;
+}
+
+/* A split set: each part maps its own tensors (they are f's tensors in
+ * part order), then f's copies of them learn where. */
+static int map_set(gguf_file *f, const bool *need)
+{
+    uint64_t at = 0;
+    for (uint32_t p = 0; p < f->n_parts; p++) {
+        gguf_file *part = f->parts[p];
+        int rc = gguf_map_tensors(part, need + at);
+        if (rc)
+            return rc;
+        for (uint64_t i = 0; i < part->n_tensors; i++)
+            f->tensors[at + i].data = part->tensors[i].data;
+        at += part->n_tensors;
+    }
+    f->base = f->parts[0]->base;
+    return 0;
+}
+
 typedef struct { uint64_t start, end, i; } extent;
 
 static int cmp_extent(const void *a, const void *b)
@@ -815,6 +852,8 @@ static int cmp_extent(const void *a, const void *b)
 
 int gguf_map_tensors(gguf_file *f, const bool *need)
 {
+    if (f->n_parts)
+        return map_set(f, need);
     struct gguf__maps *h = f->map_handle;
     if (!h || h->file.fd < 0 || h->whole.data)
         return 0;                         /* everything is mapped already */
@@ -887,6 +926,17 @@ void gguf_close(gguf_file *f)
 {
     if (!f)
         return;
+    if (f->parts) {
+        /* a split set borrows kv and names from its parts */
+        for (uint32_t i = 0; i < f->n_parts; i++)
+            gguf_close(f->parts[i]);
+        rc_free(f->parts);
+        rc_free(f->tensors);
+        rc_free(f->tensor_index);
+        rc_free(f->path);
+        rc_free(f);
+        return;
+    }
     if (f->kv)
         for (uint64_t i = 0; i < f->n_kv; i++) {
             rc_free((void *)f->kv[i].key);

@@ -6,12 +6,14 @@
  * split.no (u16, from 0), split.count (u16) and split.tensors.count (i32,
  * all parts together); the first part also holds the model's metadata.
  *
- * racimo serves a split model as one file: `racimo pull` joins the parts
- * it fetched (each checked against its own sha256) with gguf_join, so that
- * the loader, the weight transfers between nodes (byte ranges of one file)
- * and the content digests see a single mapping, as for every other model.
+ * The loader reads a set in place (gguf_set.c) and `racimo pull` keeps the
+ * parts as published; the joined layout matters for sharing: a node serves
+ * a set to its peers as the file gguf_join would write (gguf_joined_view),
+ * since the weight transfers and the content digests are over the bytes
+ * of one file.
  */
 #include "model/gguf.h"
+#include "model/gguf_internal.h"
 #include "base/err.h"
 #include "base/mem.h"
 
@@ -98,14 +100,60 @@ int gguf_split_write(const gguf_file *f, int n_parts, const char *prefix)
     return rc;
 }
 
-/* Reads a part's split keys; RC_EFORMAT naming the part when absent. */
-static int split_keys(const gguf_file *f, uint32_t *no, uint32_t *count, uint32_t *tensors)
+int gguf__split_keys(const gguf_file *f, uint32_t *no, uint32_t *count, uint32_t *tensors)
 {
     if (gguf_get_u32(f, KEY_NO, no) || gguf_get_u32(f, KEY_COUNT, count) ||
         gguf_get_u32(f, KEY_TENSORS, tensors))
         return rc_fail(RC_EFORMAT, "%s: not a part of a split model (no %s, %s and %s)",
                        f->path, KEY_NO, KEY_COUNT, KEY_TENSORS);
     return 0;
+}
+
+/* The joined file's writer: the first part's metadata without the split
+ * keys, then tensors t[0..n) in order. */
+static int joined_writer(gguf_writer *w, const gguf_file *first, const gguf_tensor *const *t,
+                         uint64_t n)
+{
+    int rc = 0;
+    for (uint64_t i = 0; !rc && i < first->n_kv; i++)
+        if (!is_split_key(first->kv[i].key))
+            rc = gguf_writer_set_value(w, first->kv[i].key, &first->kv[i].value);
+    for (uint64_t i = 0; i < n && !rc; i++)
+        /* a name used twice (in two parts) is refused here */
+        if ((rc = gguf_writer_add_tensor(w, t[i]->name, t[i]->type, t[i]->n_dims, t[i]->ne)))
+            rc = rc_wrap(rc, "tensor '%s': ", t[i]->name);
+    return rc;
+}
+
+int gguf_joined_view(const gguf_file *set, gguf_joined *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!set->n_parts)
+        return rc_fail(RC_EINVAL, "%s: not a split model", set->path);
+    uint64_t n = set->n_tensors ? set->n_tensors : 1;
+    const gguf_tensor **order = rc_mallocarray(n, sizeof *order);
+    gguf_writer *w = gguf_writer_new();
+    int rc = order && w && (out->offset = rc_mallocarray(n, sizeof *out->offset))
+           ? 0 : rc_fail(RC_ENOMEM, "out of memory");
+    for (uint64_t i = 0; !rc && i < set->n_tensors; i++)
+        order[i] = &set->tensors[i];
+    if (!rc)
+        rc = joined_writer(w, set->parts[0], order, set->n_tensors);
+    if (!rc)
+        rc = gguf_writer_head_mem(w, &out->head, &out->head_bytes, out->offset,
+                                  &out->size_bytes);
+    gguf_writer_free(w);
+    rc_free(order);
+    if (rc)
+        gguf_joined_free(out);
+    return rc;
+}
+
+void gguf_joined_free(gguf_joined *j)
+{
+    rc_free(j->head);
+    rc_free(j->offset);
+    memset(j, 0, sizeof *j);
 }
 
 int gguf_join(const char *const *paths, int n, const char *out)
@@ -120,8 +168,8 @@ int gguf_join(const char *const *paths, int n, const char *out)
     uint32_t want_tensors = 0;
     for (int i = 0; i < n && !rc; i++) {
         uint32_t no, count, tensors;
-        if ((rc = gguf_open(paths[i], &parts[i])) ||
-            (rc = split_keys(parts[i], &no, &count, &tensors)))
+        if ((rc = gguf__open_one(paths[i], false, &parts[i])) ||
+            (rc = gguf__split_keys(parts[i], &no, &count, &tensors)))
             break;
         if (no != (uint32_t)i || count != (uint32_t)n || (i && tensors != want_tensors)) {
             rc = rc_fail(RC_EFORMAT, "%s: part %u of %u (of %u tensors) where part %d of %d "
@@ -136,19 +184,12 @@ int gguf_join(const char *const *paths, int n, const char *out)
                      (unsigned long long)total, want_tensors);
     if (!rc && !(order = rc_mallocarray(total ? total : 1, sizeof *order)))
         rc = rc_fail(RC_ENOMEM, "out of memory");
-    for (uint64_t i = 0; !rc && i < parts[0]->n_kv; i++)
-        if (!is_split_key(parts[0]->kv[i].key))
-            rc = gguf_writer_set_value(w, parts[0]->kv[i].key, &parts[0]->kv[i].value);
     uint64_t k = 0;
     for (int i = 0; i < n && !rc; i++)
-        for (uint64_t j = 0; j < parts[i]->n_tensors && !rc; j++) {
-            const gguf_tensor *t = &parts[i]->tensors[j];
-            order[k++] = t;
-            /* a name used twice (in two parts) is refused here */
-            rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
-            if (rc)
-                rc = rc_wrap(rc, "%s: ", parts[i]->path);
-        }
+        for (uint64_t j = 0; j < parts[i]->n_tensors; j++)
+            order[k++] = &parts[i]->tensors[j];
+    if (!rc)
+        rc = joined_writer(w, parts[0], order, total);
     copy_ctx c = { order };
     if (!rc)
         rc = gguf_writer_write(w, out, copy_fill, &c);

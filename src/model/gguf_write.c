@@ -688,3 +688,24 @@ int gguf_writer_write_head(gguf_writer *w, const char *path)
     }
     return 0;
 }
+
+int gguf_writer_head_mem(gguf_writer *w, uint8_t **head, size_t *head_bytes, uint64_t *offsets,
+                         uint64_t *total_bytes)
+{
+    layout L;
+    int rc;
+    *head = NULL;
+    if (!w)
+        return rc_fail(RC_EINVAL, "gguf writer: NULL writer");
+    if ((rc = plan(w, &L)))
+        return rc;
+    if (L.data_offset > SIZE_MAX || !(*head = rc_malloc((size_t)L.data_offset)))
+        return rc_fail(RC_ENOMEM, "gguf writer: out of memory for a head of %llu bytes",
+                       (unsigned long long)L.data_offset);
+    put_meta(w, &L, *head);
+    *head_bytes = (size_t)L.data_offset;
+    *total_bytes = L.total_bytes;
+    for (size_t i = 0; offsets && i < w->n_t; i++)
+        offsets[i] = L.data_offset + w->t[i].offset;
+    return 0;
+}

@@ -186,13 +186,12 @@ int model_read_hparams(const gguf_file *f, model_hparams *hp)
     int rc;
     memset(hp, 0, sizeof *hp);
     uint32_t split_no = 0, split_count = 0;
-    /* one part of a split model holds only some of the tensors: joined
-     * first (racimo join, or racimo pull, which joins what it fetches) */
-    if (!gguf_get_u32(f, "split.count", &split_count) && split_count > 1) {
+    /* one part of a split model parsed alone (gguf_parse) holds only some
+     * of the tensors; gguf_open opens the whole set from its first part */
+    if (!f->n_parts && !gguf_get_u32(f, "split.count", &split_count) && split_count > 1) {
         gguf_get_u32(f, "split.no", &split_no);
-        return rc_fail(RC_EUNSUPPORTED, "%s is part %u of %u of a split model: join the parts "
-                       "into one file with 'racimo join PARTS... -o MODEL.gguf'", f->path,
-                       split_no + 1, split_count);
+        return rc_fail(RC_EUNSUPPORTED, "%s is part %u of %u of a split model: open the model "
+                       "by its first part", f->path, split_no + 1, split_count);
     }
     if ((rc = gguf_get_str(f, "general.architecture", &s)) != 0)
         return rc == RC_ENOTFOUND

@@ -171,10 +171,10 @@ stop_node 5
 rm -rf "$T/n5"; mkdir -p "$T/n5/models"; cp "$T/n1/bench.json" "$T/n5/"; cp "$T/tiny.gguf" "$T/n5/models/"
 NODE_BIN=$HOOKS_BIN RACIMO_TEST_PROTOCOL=1.3 RACIMO_JOIN_TOKEN=$TOKEN start_node 5
 id5=$(id_of 5)
-if wait_for 10 grep -q "speaks racimo cluster protocol 2\.3, this node 1\.3" "$T/n5.out" && \
-   wait_for 5 grep -q "refused .*10.77.0.5.*speaks racimo cluster protocol 1\.3, this node 2\.3" "$T/n1.out" && \
+if wait_for 10 grep -q "speaks racimo cluster protocol 2\.4, this node 1\.3" "$T/n5.out" && \
+   wait_for 5 grep -q "refused .*10.77.0.5.*speaks racimo cluster protocol 1\.3, this node 2\.4" "$T/n1.out" && \
    [ -z "$(state_in 1 "$id5")" ] && n_up 5 1 && n_up 1 4; then
-  ok "a node of another protocol major version (1.3 against 2.3) is refused, saying which versions differ"
+  ok "a node of another protocol major version (1.3 against 2.4) is refused, saying which versions differ"
 else bad "version mismatch: $(grep -h "protocol 1.3" "$T/n1.out" "$T/n5.out" | head -n 3)"; fi
 stop_node 5
 

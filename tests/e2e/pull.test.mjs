@@ -15,7 +15,7 @@ import { BIN, startServer } from './helpers.mjs';
 import { startHub } from './fake_hub.mjs';
 
 const sha = (b) => createHash('sha256').update(b).digest('hex');
-let hub, work, q8, q4, big;
+let hub, work, q8, q4, big, parts3;
 const sigint = { pid: 0, sent: false };
 // org/slow stops at half its bytes until the test releases it
 const slow = {};
@@ -37,6 +37,7 @@ before(async () => {
   // the same model written as 3 parts (llama.cpp's split layout)
   execFileSync(BIN, ['make-model', '--preset', 'tiny', '--type', 'F32', '--layers', '4', '--split', '3', '-o', join(work, 'big.gguf')]);
   const parts = [1, 2, 3].map((i) => readFileSync(join(work, `big-0000${i}-of-00003.gguf`)));
+  parts3 = parts;
   hub = await startHub({
     repos: {
       'org/tiny-GGUF': { files: { 'tiny-Q8_0.gguf': q8, 'tiny-Q4_K_M.gguf': q4, 'mmproj-tiny-Q8_0.gguf': q8.subarray(0, 1000) } },
@@ -146,17 +147,21 @@ test('a gated repository needs a token; a wrong one is refused', async () => {
   assert.equal(cdn[0].authorization, undefined, 'the token stays with the Hub');
 });
 
-test('a split model comes whole: every part verified, joined into one file', async () => {
+test('a split model comes whole: every part verified, kept as published, loaded in place', async () => {
   const dir = newDir();
   const r = await pull(['org/split', '--file', 'big-F32-00002-of-00003.gguf'], { dir });
   assert.equal(r.code, 0, r.err);
   assert.equal(r.out.trim(), 'big-F32');
   assert.match(r.err, /big-F32-00003-of-00003.gguf: .*sha256 verified/);
-  assert.match(r.err, /joining 3 parts/);
-  assert.deepEqual(ggufs(dir), ['big-F32.gguf']);
+  assert.doesNotMatch(r.err, /joining/);
+  const names = [1, 2, 3].map((i) => `big-F32-0000${i}-of-00003.gguf`);
+  assert.deepEqual(ggufs(dir), names);
   assert.deepEqual(parts(dir), []);
-  // the parts joined are the model before it was split, byte for byte
-  assert.ok(readFileSync(join(dir, 'big-F32.gguf')).equals(big));
+  names.forEach((n, i) => assert.ok(readFileSync(join(dir, n)).equals(parts3[i]), n));
+  // the set loads by its first part, as the model before it was split
+  const a = execFileSync(BIN, ['logits', '-m', join(dir, names[0]), '--tokens', '1,2,3']);
+  const b = execFileSync(BIN, ['logits', '-m', join(work, 'src-F32---layers4.gguf'), '--tokens', '1,2,3']);
+  assert.ok(a.equals(b), 'the same logits as the whole model');
   const again = await pull(['hf.co/org/split:f32'], { dir });
   assert.equal(again.code, 0, again.err);
   assert.doesNotMatch(again.err, /downloading/);
@@ -285,7 +290,7 @@ test('the ollama client pulls through a node: progress, success, then it chats',
     const v1 = await fetch(`${srv.url}/v1/models/pull`, { method: 'POST', body: JSON.stringify({ model: 'org/split', file: 'big-F32-00001-of-00003.gguf' }) });
     assert.equal(v1.status, 200);
     assert.deepEqual(await v1.json(), { status: 'success', model: 'big-F32' });
-    assert.ok(readFileSync(join(dir, 'big-F32.gguf')).equals(big));
+    [1, 2, 3].forEach((i) => assert.ok(readFileSync(join(dir, `big-F32-0000${i}-of-00003.gguf`)).equals(parts3[i - 1])));
     const missing = await fetch(`${srv.url}/v1/models/pull`, { method: 'POST', body: JSON.stringify({ model: 'org/none' }) });
     assert.equal(missing.status, 404);
     assert.match((await missing.json()).error.message, /org\/none not found/);
@@ -301,7 +306,8 @@ test('the ollama client pulls through a node: progress, success, then it chats',
     const row = (name) => ls.find((l) => l.startsWith(`${name} `))?.split(/\s+/);
     assert.deepEqual([row('tiny-Q8_0')[0], row('tiny-Q8_0')[4], row('tiny-Q8_0')[5]], ['tiny-Q8_0', 'Q8_0', sha(q8)]);
     assert.equal(row('tiny-Q4_K_M')[5], sha(q4));
-    assert.deepEqual([row('big-F32')[4], row('big-F32')[5]], ['F32', '-'], 'a joined file has no listed sha256');
+    assert.deepEqual([row('big-F32')[4], row('big-F32')[5]], ['F32', '-'], 'a split set, listed once, has no single sha256');
+    assert.equal(ls.filter((l) => l.startsWith('big-F32')).length, 1);
     // racimo rm and Ollama's delete: a loaded model is refused, the others go
     const rm = spawnSync(BIN, ['rm', 'tiny-Q8_0', '--url', srv.url], { encoding: 'utf8' });
     assert.equal(rm.status, 1);
@@ -309,7 +315,7 @@ test('the ollama client pulls through a node: progress, success, then it chats',
     const ok2 = spawnSync(BIN, ['rm', 'tiny-Q4_K_M', '--url', srv.url], { encoding: 'utf8' });
     assert.equal(ok2.status, 0, ok2.stderr);
     assert.match(ok2.stdout, /deleted tiny-Q4_K_M/);
-    await ollama.delete({ model: 'big-F32' });
+    await ollama.delete({ model: 'big-F32' });      // every part of the set
     await assert.rejects(ollama.delete({ model: 'big-F32' }), /not found/);
     assert.deepEqual(ggufs(dir), ['tiny-Q8_0.gguf']);
     const left = (await ollama.list()).models.map((m) => m.name);
