@@ -358,5 +358,5 @@ TEST_T(repack_bench_reports, 120)
     }
     snprintf(cmd, sizeof cmd, "%s bench -m %s -p 4 -n 2 -t 1 --reps 1 2>/dev/null", test_bin(), mpath);
     CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
-    CHECK(strstr(out, "matrices (Q4_0, Q4_K) repacked at load") != NULL);
+    CHECK(strstr(out, "matrices (Q4_0, Q4_K, Q8_0) repacked at load") != NULL);
 }
