@@ -1,15 +1,11 @@
-/* test_membw.c - what `racimo bench`'s generation roof counts: the read
- * pass reads every byte of its buffer once whatever the thread split, and
- * the bytes a generated token reads are every tensor of the model once
- * (the embedding: one row). */
+/* test_membw.c - the read measure behind `racimo bench`'s generation roof
+ * reads every byte of its buffer once whatever the thread split (the bytes
+ * per token it is divided by: test_model.c, model_decode_bytes). */
 #include "test.h"
 
 #include <string.h>
 
-#include "base/err.h"
 #include "base/rng.h"
-#include "model/model.h"
-#include "model/synth.h"
 #include "tensor/membw.h"
 #include "tensor/pool.h"
 
@@ -61,41 +57,4 @@ TEST(membw_read_measures)
     double bw = membw_read(pool, (size_t)4 << 20, 2);
     CHECK(bw > 0);
     pool_free(pool);
-}
-
-/* A generated token reads every tensor once, except the embedding table,
- * of which it reads one row (and the output matrix, which may be that
- * same table, all of it). */
-static void check_decode_bytes(const char *preset)
-{
-    synth_params p;
-    CHECK_OK(synth_preset(preset, &p));
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.gguf", test_tmpdir(), preset);
-    CHECK_OK(synth_write(path, &p));
-    model *m;
-    CHECK_OK(model_load(path, 0, -1, &m));
-    const gguf_file *f = m->file;
-    uint64_t all = 0, embd = 0;
-    bool tied = true;
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        all += f->tensors[i].size_bytes;
-        if (!strcmp(f->tensors[i].name, "token_embd.weight"))
-            embd = f->tensors[i].size_bytes;
-        if (!strcmp(f->tensors[i].name, "output.weight"))
-            tied = false;
-    }
-    CHECK(embd > 0);
-    const uint64_t row = m->tok_embd.row_bytes;
-    const uint64_t want = all - (tied ? 0 : embd) + row;
-    if (model_decode_bytes(m) != want)
-        FAIL("%s (%s output): %llu bytes per token, want %llu", preset, tied ? "tied" : "own",
-             (unsigned long long)model_decode_bytes(m), (unsigned long long)want);
-    model_free(m);
-}
-
-TEST(membw_decode_bytes_count_every_tensor_once)
-{
-    check_decode_bytes("tiny");
-    check_decode_bytes("tiny-qwen3");
 }

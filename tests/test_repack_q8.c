@@ -1,8 +1,8 @@
-/* test_repack_q8.c - Q8_0 repacked at load (TT_Q8_0_R8): the repacking
- * moves bytes only, the tile kernel gives Q8_0's vec_dot bits for every
- * batch and row length (whole and partial groups, the extreme levels), and
- * a model, its output tied to the embedding or not, gives the same logits
- * repacked as not. */
+/* test_repack_q8.c - Q8_0 repacked by 8 rows (TT_Q8_0_R8): the repacking
+ * moves bytes only, and the tile kernel gives Q8_0's vec_dot bits for every
+ * batch and row length (whole and partial groups, the extreme levels).
+ * Tensor layer only (the arm64 kernel tests build it too); the model's
+ * logits with and without it are in test_repack.c. */
 #include "test.h"
 
 #include <stdlib.h>
@@ -10,8 +10,6 @@
 
 #include "base/err.h"
 #include "base/rng.h"
-#include "model/model.h"
-#include "model_util.h"
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
 #include "tensor/pool.h"
@@ -188,58 +186,4 @@ TEST(repack_q8_matmul_equals_q8_0)
     pool_free(pool);
     free(w);
     free(g);
-}
-
-/* Logits of `n` tokens through a whole-model stage; the model's output
- * type after loading into *out_type. */
-static void run_model(const char *path, const int32_t *tok, int n, float *out, int *n_repacked,
-                      int *out_type, int *embd_type)
-{
-    model *m;
-    stage *s;
-    test_open_stage(path, 0, -1, MATMUL_FAST, 64, 1, n, 2, &m, &s);
-    *n_repacked = m->n_repacked;
-    *out_type = m->output.type;
-    *embd_type = m->tok_embd.type;
-    test_run_tokens(s, tok, n, 0, 0, 5, out);
-    stage_free(s);
-    model_free(m);
-}
-
-/* The same logits repacked and not, for an output of its own ("tiny") and
- * one tied to the embedding ("tiny-qwen3"): the tied output is repacked
- * into a copy while the embedding keeps the file's Q8_0 rows. */
-TEST_T(repack_q8_model_logits_identical, 180)
-{
-    need_q8_r8();
-    enum { N = 11 };
-    static const char *presets[] = { "tiny", "tiny-qwen3" };
-    for (size_t k = 0; k < sizeof presets / sizeof presets[0]; k++) {
-        const char *path = test_make_model(presets[k], TT_Q8_0, NULL);
-        int32_t tok[N];
-        for (int i = 0; i < N; i++)
-            tok[i] = (int32_t)((i * 41 + 7) % 200);
-        model *m;
-        CHECK_OK(model_load(path, 0, -1, &m));
-        const int V = m->hp.n_vocab;
-        model_free(m);
-        float *a = xmalloc(sizeof(float) * N * V), *b = xmalloc(sizeof(float) * N * V);
-        int na, nb, ta, tb, ea, eb;
-        setenv("RACIMO_REPACK", "0", 1);
-        run_model(path, tok, N, a, &na, &ta, &ea);
-        unsetenv("RACIMO_REPACK");
-        run_model(path, tok, N, b, &nb, &tb, &eb);
-        CHECK_INT(na, ==, 0);
-        CHECK_INT(nb, >, 0);
-        CHECK_INT(ta, ==, TT_Q8_0);
-        CHECK_INT(tb, ==, TT_Q8_0_R8);
-        CHECK_INT(ea, ==, TT_Q8_0);
-        CHECK_INT(eb, ==, TT_Q8_0);
-        for (int i = 0; i < N * V; i++)
-            if (fp32_bits(a[i]) != fp32_bits(b[i]))
-                FAIL("%s: logit %d of token %d is %.9g repacked, %.9g not", presets[k], i % V,
-                     i / V, b[i], a[i]);
-        free(a);
-        free(b);
-    }
 }
