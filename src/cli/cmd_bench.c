@@ -288,14 +288,7 @@ int cmd_bench(int argc, char **argv)
     }
     /* Touch every weight page once so load time includes reading the file
      * and the first repetition is not a cold-cache outlier. */
-    {
-        volatile uint8_t sink = 0;
-        const gguf_file *f = m->file;
-        for (uint64_t off = f->data_offset; off < f->size_bytes; off += 4096)
-            sink ^= f->base[off];
-        (void)sink;
-        model_repack_release(m);   /* the repacked copies are what runs */
-    }
+    model_prefault(m, NULL, NULL);
     double load_s = (double)(os_now_ns() - t0) * 1e-9;
     int ctx = (int)(depth + (p > n ? p : n) + 1);
     kv_type = cli_cache_type(kv_type, exact);

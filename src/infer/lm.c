@@ -77,21 +77,9 @@ void lm_close(lm *l)
 
 void lm_prefault(const lm *l, void (*progress)(void *ctx, double done), void *ctx)
 {
-    const gguf_file *f = l->file;
-    if (!f || !l->m)
+    if (!l->file || !l->m)
         return;
-    const uint64_t total = f->size_bytes - f->data_offset, step = 4096;
-    uint64_t next = 0;
-    volatile uint8_t sink = 0;
-    for (uint64_t off = 0; off < total; off += step) {
-        sink ^= f->base[f->data_offset + off];
-        if (progress && off >= next) {
-            progress(ctx, (double)off / (double)total);
-            next += total / 50 + 1;
-        }
-    }
-    (void)sink;
-    model_repack_release(l->m);   /* the repacked copies are what runs */
+    model_prefault(l->m, progress, ctx);
     if (progress)
         progress(ctx, 1.0);
 }

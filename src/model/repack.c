@@ -88,8 +88,17 @@ static int repack(model *m, tensor *t, uint8_t *group)
         uint8_t *copy = model_own(m, (size_t)rows * t->row_bytes, t->name);
         if (!copy)
             return RC_ENOMEM;
-        pack(t->type, t->data, copy, t->ne[0], rows);
-        os_mem_drop(t->data, (size_t)rows * t->row_bytes);
+        /* a slice at a time, each slice's file pages let go once packed:
+         * memory peaks at the copies plus one slice, not plus the largest
+         * matrix (an output of 128k rows is a few hundred MiB) */
+        const int64_t slice = Q4_0_R8_ROWS * 1024;
+        for (int64_t r = 0; r < rows; r += slice) {
+            const int64_t n = rows - r < slice ? rows - r : slice;
+            const uint8_t *src = (const uint8_t *)t->data + (size_t)r * t->row_bytes;
+            pack(t->type, src, copy + (size_t)r * t->row_bytes, t->ne[0], n);
+            os_mem_drop(src, (size_t)n * t->row_bytes);
+        }
+        os_mem_drop(t->data, (size_t)rows * t->row_bytes);   /* the pages slices shared */
         t->data = copy;
     }
     t->type = packed_type(t->type);
@@ -109,19 +118,42 @@ bool model_repack_wanted(void)
            tensor_q8_0_r8_available();
 }
 
-void model_repack_release(const model *m)
+/* Whether the model computes with a repacked copy of gguf tensor g (and
+ * so never reads its file bytes, or only a few rows: a tied embedding). */
+static bool repacked_in_file(const model *m, const gguf_tensor *g)
 {
-    const tensor *all[] = { &m->output };
-    for (int l = -1; l < m->last - m->first; l++) {
-        const tensor *t = l < 0 ? all[0] : (const tensor *)&m->layers[l];
-        const size_t n = l < 0 ? 1 : sizeof(layer_weights) / sizeof(tensor);
-        for (size_t i = 0; i < n; i++) {
-            const gguf_tensor *g = t[i].type >= TT_GGUF_COUNT && t[i].name
-                                       ? gguf_find_tensor(m->file, t[i].name) : NULL;
-            if (g && g->data)
-                os_mem_drop(g->data, g->size_bytes);
+    if (m->output.type >= TT_GGUF_COUNT && m->output.name && !strcmp(m->output.name, g->name))
+        return true;
+    for (int l = 0; l < m->last - m->first; l++) {
+        const tensor *t = (const tensor *)&m->layers[l];
+        for (size_t i = 0; i < sizeof(layer_weights) / sizeof(tensor); i++)
+            if (t[i].type >= TT_GGUF_COUNT && t[i].name && !strcmp(t[i].name, g->name))
+                return true;
+    }
+    return false;
+}
+
+void model_prefault(const model *m, void (*progress)(void *ctx, double done), void *ctx)
+{
+    const gguf_file *f = m->file;
+    if (!f || !f->base)
+        return;
+    uint64_t total = 0, done = 0, next = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        total += f->tensors[i].size_bytes;
+    volatile uint8_t sink = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *g = &f->tensors[i];
+        if (g->data && !repacked_in_file(m, g))
+            for (uint64_t off = 0; off < g->size_bytes; off += 4096)
+                sink ^= ((const uint8_t *)g->data)[off];
+        done += g->size_bytes;
+        if (progress && done >= next) {
+            progress(ctx, total ? (double)done / (double)total : 1.0);
+            next += total / 50 + 1;
         }
     }
+    (void)sink;
 }
 
 int model_repack(model *m)

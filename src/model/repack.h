@@ -18,9 +18,11 @@ bool model_repack_wanted(void);
  * !model_repack_wanted().  RC_ENOMEM. */
 int model_repack(model *m);
 
-/* Lets the mapped pages of the repacked tensors' file bytes leave the
- * resident set again, after something read the whole mapping (a prefault):
- * the model computes with its copies only. */
-void model_repack_release(const model *m);
+/* Reads one byte of every page of the file's tensors that the model reads
+ * from the mapping, so later reads do not fault; the file bytes of the
+ * repacked tensors are skipped (their copies are what runs: touching them
+ * would hold the model twice in memory until released).  `progress` (may
+ * be NULL) is called with 0..1. */
+void model_prefault(const model *m, void (*progress)(void *ctx, double done), void *ctx);
 
 #endif
