@@ -136,7 +136,7 @@ static bool repacked_in_file(const model *m, const gguf_tensor *g)
 void model_prefault(const model *m, void (*progress)(void *ctx, double done), void *ctx)
 {
     const gguf_file *f = m->file;
-    if (!f || !f->base)
+    if (!f)
         return;
     uint64_t total = 0, done = 0, next = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++)
