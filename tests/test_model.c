@@ -165,3 +165,40 @@ TEST(model_four_stage_chain)
         model_free(m[k]);
     }
 }
+
+/* A generated token reads every tensor once, except the embedding table,
+ * of which it reads one row (and the output matrix, which may be that
+ * same table, all of it). */
+static void check_decode_bytes(const char *preset)
+{
+    synth_params p;
+    CHECK_OK(synth_preset(preset, &p));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.gguf", test_tmpdir(), preset);
+    CHECK_OK(synth_write(path, &p));
+    model *m;
+    CHECK_OK(model_load(path, 0, -1, &m));
+    const gguf_file *f = m->file;
+    uint64_t all = 0, embd = 0;
+    bool tied = true;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        all += f->tensors[i].size_bytes;
+        if (!strcmp(f->tensors[i].name, "token_embd.weight"))
+            embd = f->tensors[i].size_bytes;
+        if (!strcmp(f->tensors[i].name, "output.weight"))
+            tied = false;
+    }
+    CHECK(embd > 0);
+    const uint64_t row = m->tok_embd.row_bytes;
+    const uint64_t want = all - (tied ? 0 : embd) + row;
+    if (model_decode_bytes(m) != want)
+        FAIL("%s (%s output): %llu bytes per token, want %llu", preset, tied ? "tied" : "own",
+             (unsigned long long)model_decode_bytes(m), (unsigned long long)want);
+    model_free(m);
+}
+
+TEST(membw_decode_bytes_count_every_tensor_once)
+{
+    check_decode_bytes("tiny");
+    check_decode_bytes("tiny-qwen3");
+}

@@ -141,6 +141,19 @@ void os_mem_drop(const void *p, size_t len)
         madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+void os_mem_hugepages(void *p, size_t len)
+{
+#if defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), b = ((uintptr_t)p + len) & ~(huge - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)len;
+#endif
+}
+
 uint64_t os_now_ns(void)
 {
     struct timespec ts;

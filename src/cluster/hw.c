@@ -1,7 +1,7 @@
 /* hw.c - what a node publishes about its machine: cores, SIMD level,
  * memory, and two measured speeds from a short self-benchmark (memory
- * bandwidth by STREAM triad, and a Q8_0 matrix product the way generation
- * runs it), cached in <state_dir>/bench.json under the CPU model, thread
+ * read bandwidth as generation streams the weights, and a Q8_0 matrix
+ * product the way generation runs it), cached in <state_dir>/bench.json under the CPU model, thread
  * count and memory size so it runs once per machine.
  */
 #include "cluster/cluster_internal.h"
@@ -110,7 +110,9 @@ int cl__bench_cached(const char *state_dir, cl_hw *h)
     int found = 0;
     const char *cpu = json_string_value(json_object_get(j, "cpu"));
     json_t *bw = json_object_get(j, "mem_bandwidth"), *gf = json_object_get(j, "matmul_gflops");
-    if (cpu && !strcmp(cpu, h->cpu) &&
+    /* files written before the read measure held a triad's figure */
+    const char *how = json_string_value(json_object_get(j, "mem_bandwidth_measure"));
+    if (cpu && !strcmp(cpu, h->cpu) && how && !strcmp(how, "read") &&
         json_integer_value(json_object_get(j, "threads")) == h->threads &&
         (uint64_t)json_integer_value(json_object_get(j, "mem_total")) == h->mem_total &&
         json_is_number(bw) && json_is_number(gf)) {
@@ -174,18 +176,20 @@ void cl__bench_run(const char *state_dir, cl_hw *h)
 {
     uint64_t t0 = os_now_ns();
     thread_pool *pool = pool_new(h->cores > 0 ? h->cores : 1);
-    /* 32 MiB arrays: well past the last-level cache of machines we meet,
-     * short enough to stay well under a second */
-    double bw = pool ? membw_triad(pool, (size_t)32 << 20, 4) : 0;
+    /* 128 MiB: well past the last-level cache of machines we meet, short
+     * enough to stay well under a second; read only, as generation reads
+     * the weights (tensor/membw.h) */
+    double bw = pool ? membw_read(pool, (size_t)128 << 20, 4) : 0;
     double gf = pool ? bench_matmul(pool) : 0;
     pool_free(pool);
     h->mem_bw = bw;
     h->gflops = gf;
     rc_log(LOG_INFO, "cluster: self-benchmark: memory %.1f GB/s, Q8_0 matmul %.1f GFLOP/s (%.2f s)",
            bw * 1e-9, gf, (double)(os_now_ns() - t0) * 1e-9);
-    json_t *j = json_pack("{s:s, s:i, s:i, s:I, s:f, s:f}", "cpu", h->cpu, "cores", h->cores,
+    json_t *j = json_pack("{s:s, s:i, s:i, s:I, s:f, s:s, s:f}", "cpu", h->cpu, "cores", h->cores,
                           "threads", h->threads, "mem_total", (json_int_t)h->mem_total,
-                          "mem_bandwidth", bw, "matmul_gflops", gf);
+                          "mem_bandwidth", bw, "mem_bandwidth_measure", "read",
+                          "matmul_gflops", gf);
     char path[600], tmp[640];
     bench_path(state_dir, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());

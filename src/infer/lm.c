@@ -77,28 +77,9 @@ void lm_close(lm *l)
 
 void lm_prefault(const lm *l, void (*progress)(void *ctx, double done), void *ctx)
 {
-    const gguf_file *f = l->file;
-    if (!f || !l->m)
+    if (!l->file || !l->m)
         return;
-    const uint64_t step = 4096;
-    uint64_t total = 0, done = 0, next = 0;
-    for (uint32_t i = 0; i < gguf_n_files(f); i++)
-        total += gguf_file_at(f, i)->size_bytes - gguf_file_at(f, i)->data_offset;
-    volatile uint8_t sink = 0;
-    /* every file of a split set: each part is a mapping of its own */
-    for (uint32_t i = 0; i < gguf_n_files(f); i++) {
-        const gguf_file *g = gguf_file_at(f, i);
-        for (uint64_t off = g->data_offset; g->n_tensors && off < g->size_bytes;
-             off += step, done += step) {
-            sink ^= g->base[off];
-            if (progress && done >= next) {
-                progress(ctx, (double)done / (double)total);
-                next += total / 50 + 1;
-            }
-        }
-    }
-    (void)sink;
-    model_repack_release(l->m);   /* the repacked copies are what runs */
+    model_prefault(l->m, progress, ctx);
     if (progress)
         progress(ctx, 1.0);
 }

@@ -123,6 +123,9 @@ void *model_own(model *m, size_t bytes, const char *what)
         return NULL;
     }
     m->owned[m->n_owned++] = p;
+    /* weights are streamed once per token: huge pages spare a TLB miss
+     * every 4 KiB (os.h) */
+    os_mem_hugepages(p, bytes);
     return p;
 }
 

@@ -25,7 +25,6 @@
  * tile kernels with a layout of their own, n_rows prepared rows.
  */
 #include "matmul.h"
-#include "q4k_r8.h"
 #include "repack.h"
 #include "types.h"
 
@@ -112,18 +111,14 @@ static void product_panel(const mm_task *t, int j, long o0, long o1, const void 
     const uint8_t *w = (const uint8_t *)W->data + ((size_t)j * (size_t)W->ne[1] + (size_t)o0) * W->row_bytes;
     const float *X = t->X + (size_t)j * t->x_step;
     float *Y = t->Y + (size_t)j * t->y_step;
-    if (t->mode == MATMUL_EXACT && (W->type == TT_Q4_0_R8 || W->type == TT_Q4_K_R8)) {
+    if (t->mode == MATMUL_EXACT && tensor_r8_file_type(W->type) >= 0) {
         /* each row unpacked back to its file bytes: the same results as
          * the weights that were never repacked */
         _Alignas(64) uint8_t row[Q4_0_R8_MAX_ROW_BYTES];
-        const int k = W->type == TT_Q4_K_R8;
-        const dot_f32_fn dot = tensor_type_traits(k ? TT_Q4_K : TT_Q4_0)->dot_f32;
+        const dot_f32_fn dot = tensor_type_traits(tensor_r8_file_type(W->type))->dot_f32;
         for (long o = o0; o < o1; o++) {
             const uint8_t *group = w + (size_t)((o - o0) & ~7L) * W->row_bytes;
-            if (k)
-                tensor_q4_k_r8_unpack_row(group, (int)(o & 7), row, n);
-            else
-                tensor_q4_0_r8_unpack_row(group, (int)(o & 7), row, n);
+            tensor_r8_unpack_row(W->type, group, (int)(o & 7), row, n);
             for (int r = 0; r < t->n_rows; r++)
                 Y[(size_t)r * t->ldy + o] = dot(row, X + (size_t)r * t->ldx, n);
         }

@@ -3,6 +3,7 @@
  * R8 tile kernel, so with RACIMO_KERNELS=ref nothing is repacked. */
 #include "tensor/repack.h"
 #include "tensor/q4k_r8.h"
+#include "tensor/q8_0_r8.h"
 
 #include <string.h>
 
@@ -63,17 +64,33 @@ void tensor_q4_0_r8_to_float(const void *group, int r, float *dst, int64_t ne0)
     }
 }
 
+int tensor_r8_file_type(int type)
+{
+    return type == TT_Q4_0_R8 ? TT_Q4_0 : type == TT_Q4_K_R8 ? TT_Q4_K
+                                          : type == TT_Q8_0_R8 ? TT_Q8_0 : -1;
+}
+
+void tensor_r8_unpack_row(int type, const void *group, int r, void *dst, int64_t ne0)
+{
+    if (type == TT_Q4_0_R8)
+        tensor_q4_0_r8_unpack_row(group, r, dst, ne0);
+    else if (type == TT_Q4_K_R8)
+        tensor_q4_k_r8_unpack_row(group, r, dst, ne0);
+    else if (type == TT_Q8_0_R8)
+        tensor_q8_0_r8_unpack_row(group, r, dst, ne0);
+}
+
 void tensor_row_to_float(int type, const void *data, size_t row_bytes, int64_t o, float *dst,
                          int64_t ne0)
 {
     if (type == TT_Q4_0_R8) {
         tensor_q4_0_r8_to_float((const uint8_t *)data + (size_t)(o & ~7L) * row_bytes, (int)(o & 7),
                                 dst, ne0);
-    } else if (type == TT_Q4_K_R8) {
+    } else if (tensor_r8_file_type(type) >= 0) {
         _Alignas(64) uint8_t row[Q4_0_R8_MAX_ROW_BYTES];
-        tensor_q4_k_r8_unpack_row((const uint8_t *)data + (size_t)(o & ~7L) * row_bytes,
-                                  (int)(o & 7), row, ne0);
-        tensor_type_traits_ref(TT_Q4_K)->to_float(row, dst, ne0);
+        tensor_r8_unpack_row(type, (const uint8_t *)data + (size_t)(o & ~7L) * row_bytes,
+                             (int)(o & 7), row, ne0);
+        tensor_type_traits_ref(tensor_r8_file_type(type))->to_float(row, dst, ne0);
     } else
         tensor_type_traits_ref(type)->to_float((const uint8_t *)data + (size_t)o * row_bytes, dst, ne0);
 }

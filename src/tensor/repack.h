@@ -47,6 +47,15 @@ void tensor_q4_0_r8_unpack_row(const void *group, int r, void *dst, int64_t ne0)
  * reference decoding of the same bytes). */
 void tensor_q4_0_r8_to_float(const void *group, int r, float *dst, int64_t ne0);
 
+/* The file type an in-memory layout interleaved by 8 rows was made from
+ * (TT_Q4_0_R8: TT_Q4_0, TT_Q4_K_R8: TT_Q4_K, TT_Q8_0_R8: TT_Q8_0), or -1
+ * for any other type. */
+int tensor_r8_file_type(int type);
+
+/* Row r (0..7) of the group at `group` of such a layout back as the bytes
+ * of its file type's row (ne0 elements). */
+void tensor_r8_unpack_row(int type, const void *group, int r, void *dst, int64_t ne0);
+
 /* Row o of a weight matrix, in either layout, decoded to ne0 floats:
  * data is row 0's, rows row_bytes apart (R8: row 0 starts a group).  The
  * reference decoders; for tests and other slow readers of weights. */

@@ -1,0 +1,189 @@
+/* test_repack_q8.c - Q8_0 repacked by 8 rows (TT_Q8_0_R8): the repacking
+ * moves bytes only, and the tile kernel gives Q8_0's vec_dot bits for every
+ * batch and row length (whole and partial groups, the extreme levels).
+ * Tensor layer only (the arm64 kernel tests build it too); the model's
+ * logits with and without it are in test_repack.c. */
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/rng.h"
+#include "tensor/fp16.h"
+#include "tensor/matmul.h"
+#include "tensor/pool.h"
+#include "tensor/q8_0_r8.h"
+#include "tensor/repack.h"
+#include "tensor/types.h"
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        FAIL("out of memory (%zu bytes)", bytes);
+    return p;
+}
+
+/* n_rows Q8_0 rows of random levels (-128..127) and scales of varied size;
+ * row `extreme` (if >= 0) has every level -128, the sign trick's edge. */
+static uint8_t *q8_rows(rng_state *r, int n_rows, int64_t n, int extreme)
+{
+    const size_t rb = tensor_row_bytes(TT_Q8_0, n);
+    uint8_t *w = xmalloc(rb * (size_t)n_rows);
+    for (int i = 0; i < n_rows; i++)
+        for (int64_t b = 0; b < n / QK8_0; b++) {
+            block_q8_0 *k = (block_q8_0 *)(w + (size_t)i * rb) + b;
+            k->d = fp32_to_fp16((float)(0.01 + rng_uniform(r)) / (b % 5 == 0 ? 16.0f : 512.0f));
+            for (int e = 0; e < QK8_0; e++)
+                k->qs[e] = i == extreme ? -128 : (int8_t)rng_next(r);
+        }
+    return w;
+}
+
+/* n_x Q8_0 activation rows: row 0 every value the same (the largest
+ * quants, 127), the others normal with an offset on some. */
+static uint8_t *act_rows(rng_state *r, int n_x, int64_t n)
+{
+    const size_t xb = tensor_row_bytes(TT_Q8_0, n);
+    uint8_t *xq = xmalloc(xb * (size_t)n_x);
+    float *x = xmalloc(sizeof(float) * (size_t)n);
+    for (int j = 0; j < n_x; j++) {
+        for (int64_t i = 0; i < n; i++)
+            x[i] = j == 0 ? -2.5f : (float)rng_normal(r) + (j % 3 == 1 ? 0.4f : 0.0f);
+        tensor_type_traits_ref(TT_Q8_0)->from_float(x, xq + (size_t)j * xb, n);
+    }
+    free(x);
+    return xq;
+}
+
+static uint8_t *repack(const uint8_t *w, int n_rows, int64_t n)
+{
+    uint8_t *g = xmalloc(tensor_row_bytes(TT_Q8_0, n) * (size_t)n_rows);
+    tensor_q8_0_r8_pack(w, g, n, n_rows);
+    return g;
+}
+
+TEST(repack_q8_round_trip)
+{
+    rng_state r;
+    rng_seed(&r, 1808);
+    const int64_t n = 5 * QK8_0;
+    const size_t rb = tensor_row_bytes(TT_Q8_0, n);
+    uint8_t *w = q8_rows(&r, 16, n, 3), *back = xmalloc(rb * 16);
+    uint8_t *g = repack(w, 16, n);
+    CHECK(memcmp(g, w, rb * 16) != 0);
+    for (int i = 0; i < 16; i++)
+        tensor_q8_0_r8_unpack_row(g + (i & ~7) * rb, i & 7, back + i * rb, n);
+    CHECK(memcmp(back, w, rb * 16) == 0);
+    /* the generic unpacking and decoding read the same rows */
+    CHECK_INT(tensor_r8_file_type(TT_Q8_0_R8), ==, TT_Q8_0);
+    float a[5 * QK8_0], b[5 * QK8_0];
+    for (int i = 0; i < 16; i++) {
+        tensor_row_to_float(TT_Q8_0_R8, g, rb, i, a, n);
+        tensor_type_traits_ref(TT_Q8_0)->to_float(w + i * rb, b, n);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+    }
+    /* an in-memory layout is not a file type */
+    CHECK(!tensor_type_supported(TT_Q8_0_R8));
+    CHECK_INT(tensor_row_bytes(TT_Q8_0_R8, n), ==, rb);
+    free(w);
+    free(back);
+    free(g);
+}
+
+static void need_q8_r8(void)
+{
+    if (!tensor_q8_0_r8_available())
+        SKIP("the active kernels (%s) have no Q8_0_R8 tile kernel", tensor_kernels_name());
+}
+
+TEST(repack_q8_tile_bits)
+{
+    need_q8_r8();
+    const tensor_traits *a = tensor_type_traits(TT_Q8_0_R8), *q8 = tensor_type_traits(TT_Q8_0);
+    rng_state r;
+    rng_seed(&r, 1909);
+    static const int64_t ns[] = { QK8_0, 3 * QK8_0, 64 * QK8_0, 1030 * QK8_0 };
+    static const int nws[] = { 8, 13, 24 };
+    enum { NX = 35 };
+    for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++)
+        for (size_t d = 0; d < sizeof nws / sizeof nws[0]; d++) {
+            const int64_t n = ns[c];
+            const int NW = nws[d];
+            const int groups = (NW + 7) / 8;
+            const size_t rb = tensor_row_bytes(TT_Q8_0, n), xb = tensor_row_bytes(TT_Q8_0, n);
+            /* whole groups in memory; a partial last group is used in part */
+            uint8_t *w = q8_rows(&r, groups * 8, n, NW - 2), *xq = act_rows(&r, NX, n);
+            uint8_t *g = repack(w, groups * 8, n);
+            float *y = xmalloc(sizeof(float) * NW * NX);
+            for (int n_x = 1; n_x <= NX; n_x += n_x < 9 ? 1 : 13) {
+                for (int i = 0; i < NW * NX; i++)
+                    y[i] = -1.0f;
+                a->vec_dot_tile(n, g, rb, NW, xq, xb, n_x, y, NW);
+                for (int j = 0; j < NX; j++)
+                    for (int i = 0; i < NW; i++) {
+                        const float got = y[j * NW + i];
+                        if (j >= n_x) {
+                            if (got != -1.0f)
+                                FAIL("%d rows: output (%d, %d) written", n_x, i, j);
+                            continue;
+                        }
+                        const float want = q8->vec_dot(w + i * rb, xq + j * xb, n);
+                        if (fp32_bits(got) != fp32_bits(want))
+                            FAIL("n %lld, %d weight rows, %d activation rows: output (%d, %d) "
+                                 "is %.9g, Q8_0 vec_dot %.9g", (long long)n, NW, n_x, i, j,
+                                 got, want);
+                    }
+            }
+            free(w);
+            free(xq);
+            free(g);
+            free(y);
+        }
+}
+
+/* matmul on R8 weights gives the Q8_0 product's bits, fast (the tile
+ * kernel, one row and batches) and exact (rows unpacked). */
+TEST(repack_q8_matmul_equals_q8_0)
+{
+    need_q8_r8();
+    rng_state r;
+    rng_seed(&r, 2010);
+    thread_pool *pool = pool_new(2);
+    const int64_t n = 7 * QK8_0;
+    enum { NW = 48 };
+    const size_t rb = tensor_row_bytes(TT_Q8_0, n);
+    uint8_t *w = q8_rows(&r, NW, n, 5), *g = repack(w, NW, n);
+    tensor W = { .data = w, .type = TT_Q8_0, .n_dims = 2, .ne = { n, NW, 1, 1 }, .row_bytes = rb,
+                 .name = "w" };
+    tensor G = W;
+    G.data = g;
+    G.type = TT_Q8_0_R8;
+    static const int batches[] = { 1, 3, 8, 19 };
+    for (size_t k = 0; k < sizeof batches / sizeof batches[0]; k++)
+        for (int mode = MATMUL_FAST; mode <= MATMUL_EXACT; mode++) {
+            const int rows = batches[k];
+            float *x = xmalloc(sizeof(float) * (size_t)(n * rows));
+            float *y0 = xmalloc(sizeof(float) * NW * rows), *y1 = xmalloc(sizeof(float) * NW * rows);
+            for (int64_t i = 0; i < n * rows; i++)
+                x[i] = (float)rng_normal(&r);
+            const size_t sb = matmul_scratch_bytes(&W, rows, mode) > matmul_scratch_bytes(&G, rows, mode)
+                                  ? matmul_scratch_bytes(&W, rows, mode)
+                                  : matmul_scratch_bytes(&G, rows, mode);
+            void *scratch = xmalloc(sb);
+            matmul(pool, &W, x, (int)n, rows, y0, NW, mode, scratch);
+            matmul(pool, &G, x, (int)n, rows, y1, NW, mode, scratch);
+            for (int i = 0; i < NW * rows; i++)
+                if (fp32_bits(y0[i]) != fp32_bits(y1[i]))
+                    FAIL("%s, %d rows: output %d is %.9g repacked, %.9g as Q8_0",
+                         mode == MATMUL_EXACT ? "exact" : "fast", rows, i, y1[i], y0[i]);
+            free(x);
+            free(y0);
+            free(y1);
+            free(scratch);
+        }
+    pool_free(pool);
+    free(w);
+    free(g);
+}
