@@ -282,8 +282,10 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
         cl__conn_close(k, NULL);
         break;
     default:
-        if (m->type >= 0x40 && m->type < 0x80 && k->node)
+        if (m->type >= 0x40 && m->type < 0x80 && k->node) {
+            cl__link_want(c, k->node, os_now_ns());     /* in use: not idle */
             cl__dispatch(c, k->node->id_hex, m->type, m->data, m->len);
+        }
         else
             rc_log(LOG_DEBUG, "cluster: ignoring a message of unknown type 0x%02x from %s",
                    m->type, short_id(k));
