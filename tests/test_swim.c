@@ -385,3 +385,38 @@ TEST(swim_tick_never_returns_the_past)
     swim_free(s[0]);
     swim_free(s[1]);
 }
+
+/* Both machines ticked every 10 ms from t to end, packets delivered at once. */
+static uint64_t pair_run(swim *s[2], uint64_t t, uint64_t end)
+{
+    for (; t < end; t += 10) {
+        for (int i = 0; i < 2; i++) swim_tick(s[i], t);
+        for (int k = 0; k < pair_n; k++) swim_recv(s[pair_q[k].to - 1], pair_q[k].buf, pair_q[k].len, t);
+        pair_n = 0;
+    }
+    return t;
+}
+
+/* Evidence from outside (the live node: a silent link) suspects a member at
+ * once; a member that is alive refutes it from the next packet it gets. */
+TEST(swim_suspect_from_outside)
+{
+    swim_config cfg;
+    swim_config_default(&cfg);
+    swim_io io = { pair_send, NULL, NULL };
+    uint8_t ida[SWIM_ID_BYTES] = { 1 }, idb[SWIM_ID_BYTES] = { 2 };
+    swim *s[2] = { swim_new(&cfg, &io, ida, NULL, 0, 3, 0), swim_new(&cfg, &io, idb, NULL, 0, 4, 0) };
+    CHECK(s[0] && s[1]);
+    pair_n = 0;
+    CHECK_OK(swim_join(s[0], idb, 0));
+    uint64_t t = pair_run(s, 0, 2000);
+    CHECK_INT(swim_state_of(s[0], idb), ==, SWIM_ALIVE);
+    swim_suspect(s[0], idb, t);
+    CHECK_INT(swim_state_of(s[0], idb), ==, SWIM_SUSPECT);
+    swim_suspect(s[0], ida, t);                        /* never itself */
+    CHECK_INT(swim_state_of(s[0], ida), ==, SWIM_ALIVE);
+    t = pair_run(s, t, t + 2000);
+    CHECK_INT(swim_state_of(s[0], idb), ==, SWIM_ALIVE);
+    swim_free(s[0]);
+    swim_free(s[1]);
+}

@@ -342,6 +342,9 @@ void cl__swim_join(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);   /* a p
  * know it */
 int  cl__swim_state(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);
 bool cl__swim_alone(struct cluster *c);    /* SWIM knows no other member alive */
+/* a link to id went silent: SWIM suspects it (a node cut off finds itself
+ * alone within about down_after + a suspicion, whatever its probe pace) */
+void cl__swim_suspect(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);
 void cl__swim_on_stream(struct cluster *c, const uint8_t *data, size_t len);
 void cl__swim_stop(struct cluster *c);     /* tells the others this node leaves */
 void cl__swim_free(struct cluster *c);

@@ -2,12 +2,12 @@
  *
  * SWIM finds members and failures over UDP, so links no longer form a full
  * mesh.  A node keeps long-lived links with its neighbours only: the
- * swim_neighbours up members next to its id on the ring of ids (half after
+ * swim_neighbours members next to its id on the ring of ids (half after
  * it, half before; every member when there are no more than that), which
  * spreads STATE (hardware, model files, instances) along the ring and
  * gives each node a few measured links.  Any other link opens on demand -
  * a message for a member without one (cluster_send: forwarded requests,
- * weight pulls, pipeline messages, SWIM push-pulls) dials it and waits
+ * weight pulls, pipeline messages) dials it and waits
  * here up to HOLD_MS - and the dialler closes it once no message went
  * either way for link_idle_ms.  Data channels are sockets of their own and
  * need no link.
@@ -35,8 +35,10 @@ static int by_id(const void *a, const void *b)
     return memcmp((*(cl_node *const *)a)->id, (*(cl_node *const *)b)->id, WIRE_ID_BYTES);
 }
 
-/* Views agree once SWIM converges, so two nodes agree on being neighbours
- * and keep one link between them rather than opening and closing it. */
+/* The ring is made of the members, up or down: a flapping member does not
+ * move every neighbour relation around it (each move a link closed and
+ * another opened), and two nodes agree on being neighbours once their
+ * tables agree.  A neighbour that is down is redialled as the mesh does. */
 static void pick_neighbours(struct cluster *c)
 {
     int k = c->cfg.swim_neighbours > 0 ? c->cfg.swim_neighbours : 8;
@@ -47,7 +49,7 @@ static void pick_neighbours(struct cluster *c)
     for (int i = 0; i < c->n_nodes; i++) {
         cl_node *n = c->nodes[i];
         n->neighbour = false;
-        if (n->is_self || (n->member && n->up))
+        if (n->is_self || n->member)
             ring[m++] = n;
     }
     qsort(ring, (size_t)m, sizeof *ring, by_id);

@@ -81,6 +81,21 @@ static const uint8_t *old_seal_key(struct cluster *c, struct cl_swim *m)
     return m->old_key;
 }
 
+/* A random member with an open link, or NULL. */
+static cl_node *linked_member(struct cluster *c)
+{
+    int n = 0;
+    for (int i = 1; i < c->n_nodes; i++)
+        n += c->nodes[i]->conn && c->nodes[i]->conn->phase == PH_OPEN;
+    if (!n)
+        return NULL;
+    int pick = (int)randombytes_uniform((uint32_t)n);
+    for (int i = 1; i < c->n_nodes; i++)
+        if (c->nodes[i]->conn && c->nodes[i]->conn->phase == PH_OPEN && pick-- == 0)
+            return c->nodes[i];
+    return NULL;
+}
+
 static void on_send(void *ctx, const uint8_t *to, const uint8_t *buf, size_t len, bool reliable)
 {
     struct cluster *c = ctx;
@@ -89,11 +104,27 @@ static void on_send(void *ctx, const uint8_t *to, const uint8_t *buf, size_t len
     if (!n || n->is_self)
         return;
     if (reliable) {
-        /* a push-pull: over the member's link, opened for it if need be
-         * (links.c) */
-        if (n->conn && n->conn->phase == PH_OPEN) {
+        /* a push-pull: over the member's link.  Without one it goes to a
+         * member this node is linked to instead - a handshake for every
+         * exchange would cost more than the exchange, and under load it
+         * fed a storm of links; the tables merge all the same - with the
+         * header's view of the receiver (offset 42: state, 43: incarnation)
+         * made "unknown", as it was about the other member.  Only a node
+         * linked to nobody opens a link for it (links.c). */
+        cl_node *via = n->conn && n->conn->phase == PH_OPEN ? n : linked_member(c);
+        if (via == n) {
             cl__conn_send(n->conn, WIRE_SWIM, buf, len, false);
             cl__conn_flush(n->conn);
+        } else if (via && len > 47) {
+            uint8_t *copy = rc_malloc(len);
+            if (copy) {
+                memcpy(copy, buf, len);
+                copy[42] = 0xff;
+                memset(copy + 43, 0, 4);
+                cl__conn_send(via->conn, WIRE_SWIM, copy, len, false);
+                cl__conn_flush(via->conn);
+                rc_free(copy);
+            }
         } else if (n->up) {
             cl__enqueue(c, to, WIRE_SWIM, buf, len);
         }
@@ -358,6 +389,14 @@ void cl__swim_join(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
      * it is thought to be, and it refutes at once */
     if (c->swim) {
         swim_join(c->swim->sw, id, now_ms());
+        settle(c);
+    }
+}
+
+void cl__swim_suspect(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
+{
+    if (c->swim) {
+        swim_suspect(c->swim->sw, id, now_ms());
         settle(c);
     }
 }

@@ -923,6 +923,14 @@ int swim_join(swim *s, const uint8_t *id, uint64_t now)
     return 0;
 }
 
+void swim_suspect(swim *s, const uint8_t *id, uint64_t now)
+{
+    member *m = find(s, id);
+    if (!m || m == s->self || (m->state != SWIM_ALIVE && m->state != SWIM_SUSPECT)) return;
+    if (m->state == SWIM_ALIVE) s->st.suspects_raised++;
+    apply_suspect(s, m->id, m->inc, s->self->id, now);
+}
+
 int swim_set_meta(swim *s, const uint8_t *meta, size_t meta_len, uint64_t now)
 {
     if (meta_len > SWIM_META_MAX)
