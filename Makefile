@@ -239,6 +239,14 @@ test-browser: build/rel/racimo
 test-pipeline: build/rel/racimo build/rel/racimo-hooks
 	@RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/pipeline.sh
 
+# test-cluster-swim, test-pipeline-swim: the same with every node on --swim
+# (SWIM decides up/down, the leader and quorum; RACIMO_SWIM=1).
+.PHONY: test-cluster-swim test-pipeline-swim
+test-cluster-swim: build/rel/racimo build/rel/racimo-hooks
+	@RACIMO_SWIM=1 RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/run.sh
+test-pipeline-swim: build/rel/racimo build/rel/racimo-hooks
+	@RACIMO_SWIM=1 RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/pipeline.sh
+
 # test-pull-cluster: one `racimo pull` for three nodes in network namespaces
 # (needs root): a fake Hugging Face Hub in a fourth namespace, the model then
 # split over the three, the Hub's log showing each byte served once

@@ -34,7 +34,26 @@ static void count_down(void *ud, const char *id)
     atomic_fetch_add(&n_downs, 1);
 }
 
-static bool start_with_swim;      /* racimo serve --swim */
+/* racimo serve --swim: 1 on, -1 off, 0 as RACIMO_TEST_SWIM says (=1 runs
+ * every cluster test so: SWIM then decides up/down, the leader and quorum) */
+static int start_with_swim;
+
+static bool env_swim(void)
+{
+    const char *e = getenv("RACIMO_TEST_SWIM");
+    return e && !strcmp(e, "1");
+}
+
+/* A test whose hand-made peer speaks the links' protocol but not SWIM:
+ * with SWIM deciding, such a peer is (rightly) down at its first missed
+ * probe, so the test's point - the links' handshake - is made without. */
+#define MESH_ONLY() do {                                                        \
+        if (env_swim())                                                         \
+            SKIP("a hand-made peer without SWIM (RACIMO_TEST_SWIM=1)");         \
+    } while (0)
+
+static int cfg_neighbours, cfg_idle_ms;   /* > 0: cluster_config.swim_neighbours, link_idle_ms */
+static cluster_msg_fn cfg_handler;         /* installed for 0x40-0x7f when set */
 
 static struct cluster *start_node(const char *dir_name, const char *token, const char *peer,
                                   int major)
@@ -53,7 +72,7 @@ static struct cluster *start_node(const char *dir_name, const char *token, const
     cfg.n_peers = peer ? 1 : 0;
     cfg.name = dir_name;
     cfg.no_discovery = true;
-    cfg.swim = start_with_swim;
+    cfg.swim = start_with_swim > 0 || (start_with_swim == 0 && env_swim());
     cfg.heartbeat_ms = 100;
     cfg.down_after_ms = DOWN_MS;
     cfg.probe_ms = 300;
@@ -62,9 +81,13 @@ static struct cluster *start_node(const char *dir_name, const char *token, const
     cfg.bench = 0;
     cfg.proto_major = major;
     cfg.http_port = 8080;
+    cfg.swim_neighbours = cfg_neighbours;
+    cfg.link_idle_ms = cfg_idle_ms;
     struct cluster *c;
     CHECK_OK(cluster_new(&cfg, &c, NULL));
     CHECK_OK(cluster_add_down_handler(c, count_down, NULL));
+    if (cfg_handler)
+        CHECK_OK(cluster_add_handler(c, 0x40, 0x7f, cfg_handler, NULL));
     CHECK_OK(cluster_start(c));
     return c;
 }
@@ -364,6 +387,7 @@ TEST_T(cluster_send_large_message, 60)
     cfg.heartbeat_ms = 100;
     cfg.down_after_ms = DOWN_MS * 3;
     cfg.bench = 0;
+    cfg.swim = env_swim();
     struct cluster *b;
     CHECK_OK(cluster_new(&cfg, &b, NULL));
     CHECK_OK(cluster_add_handler(b, 0x40, 0x7f, on_msg, NULL));
@@ -508,6 +532,7 @@ static void fake_send(fake *f, const uint8_t *p, size_t n)
 
 TEST_T(cluster_rejects_hostile_frames, 90)
 {
+    MESH_ONLY();
     struct cluster *a = start_node("a", NULL, NULL, 0);
     static uint8_t rec[WIRE_REC_MAX], rec2[WIRE_REC_MAX];
     wire_identity fid;
@@ -610,6 +635,7 @@ TEST_T(cluster_rejects_hostile_frames, 90)
 
 TEST_T(cluster_identity_proven, 60)
 {
+    MESH_ONLY();
     struct cluster *a = start_node("a", NULL, NULL, 0);
     wire_identity honest, liar, thief;
     wire_identity_new(&honest);
@@ -1219,6 +1245,7 @@ static long fake_recv_type(fake *f, int type, uint8_t *out, size_t cap, int ms)
 
 TEST_T(cluster_rotate_overlap, 120)
 {
+    MESH_ONLY();
     struct cluster *a = start_node("a", NULL, NULL, 0);
     uint8_t old_key[32], new_key[32];
     wire_identity fid;
@@ -1320,7 +1347,7 @@ static int wait_swim(struct cluster *c, const char *key, long want, int ms)
 
 TEST_T(cluster_swim_beside_mesh, 60)
 {
-    start_with_swim = true;
+    start_with_swim = 1;
     struct cluster *a = start_node("a", NULL, NULL, 0);
     char aa[64];
     addr_of(a, aa, sizeof aa);
@@ -1358,4 +1385,162 @@ TEST_T(cluster_swim_beside_mesh, 60)
     CHECK_INT(swim_count(a, "alive"), ==, 2);
     cluster_free(b);
     cluster_free(a);
+}
+
+/* With SWIM on, SWIM's view decides up/down, the leader and the quorum:
+ * a member whose link is open and fresh but that never answers a probe
+ * (c runs without SWIM) is declared down, and counts as down for the
+ * quorum and the leader, while the links stay. */
+TEST_T(cluster_swim_decides_up, 60)
+{
+    start_with_swim = 1;
+    struct cluster *a = start_node("a", NULL, NULL, 0);
+    char aa[64], ida[40], idb[40], idc[40];
+    addr_of(a, aa, sizeof aa);
+    struct cluster *b = start_node("b", cluster_join_token(a), aa, 0);
+    start_with_swim = -1;
+    struct cluster *c = start_node("c", cluster_join_token(a), aa, 0);
+    start_with_swim = 1;
+    snprintf(ida, sizeof ida, "%s", cluster_self_id(a));
+    snprintf(idb, sizeof idb, "%s", cluster_self_id(b));
+    snprintf(idc, sizeof idc, "%s", cluster_self_id(c));
+    wait_state(a, idb, "up", 10000);
+    wait_state(b, ida, "up", 10000);
+    /* c links (and so joins SWIM on a and b), then fails every probe */
+    wait_state(c, ida, "up", 10000);
+    wait_state(a, idc, "down", 15000);
+    wait_state(b, idc, "down", 15000);
+    /* ...while c, without SWIM, sees its open links and calls a and b up */
+    CHECK_STR(state_of(c, ida), "up");
+    CHECK_STR(state_of(c, idb), "up");
+    json_t *s = cluster_snapshot(a);
+    CHECK_INT(json_integer_value(json_object_get(s, "members")), ==, 3);
+    CHECK_INT(json_integer_value(json_object_get(s, "members_up")), ==, 2);
+    CHECK(json_is_true(json_object_get(s, "quorum")));
+    /* the leader is the smallest id among those SWIM keeps alive */
+    const char *lead = json_string_value(json_object_get(s, "leader"));
+    CHECK_STR(lead, strcmp(ida, idb) < 0 ? ida : idb);
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(s, "swim"), "dead")), ==, 1);
+    json_decref(s);
+    /* b leaving says so over SWIM: a is alone of three, without quorum */
+    cluster_free(b);
+    wait_state(a, idb, "down", DOWN_MS + 3000);
+    CHECK(!cluster_has_quorum(a));
+    cluster_free(c);
+    cluster_free(a);
+}
+
+/* links drawn by this node (from == self) in its own view */
+static int own_links(struct cluster *c)
+{
+    json_t *s = cluster_snapshot(c), *l;
+    const char *self = cluster_self_id(c);
+    size_t i;
+    int n = 0;
+    json_array_foreach(json_object_get(s, "links"), i, l)
+        n += !strcmp(json_string_value(json_object_get(l, "from")), self);
+    json_decref(s);
+    return n;
+}
+
+static int all_up_in(struct cluster *c)
+{
+    json_t *s = cluster_snapshot(c);
+    int n = (int)json_integer_value(json_object_get(s, "members_up"));
+    json_decref(s);
+    return n;
+}
+
+/* With SWIM, no full mesh: 6 nodes, each keeping links with its 2 ring
+ * neighbours only, all see all 6 up; a message to a node that is not a
+ * neighbour opens a link on demand, which closes again once idle; what a
+ * node without a link serves comes from its SWIM digest. */
+TEST_T(cluster_swim_links_on_demand, 90)
+{
+    enum { N = 6 };
+    start_with_swim = 1;
+    cfg_neighbours = 2;
+    cfg_idle_ms = 1500;
+    cfg_handler = on_msg;
+    struct cluster *n[N];
+    char aa[64], name[8];
+    n[0] = start_node("a", NULL, NULL, 0);
+    addr_of(n[0], aa, sizeof aa);
+    for (int i = 1; i < N; i++) {
+        snprintf(name, sizeof name, "%c", 'a' + i);
+        n[i] = start_node(name, cluster_join_token(n[0]), aa, 0);
+    }
+    /* everyone up everywhere, though each first linked only to a */
+    for (int i = 0; i < N; i++)
+        for (int t = 0; all_up_in(n[i]) != N; t += 20) {
+            if (t > 30000) FAIL("node %d sees %d of %d up", i, all_up_in(n[i]), N);
+            usleep(20000);
+        }
+    /* the links to a that are not a's neighbours close once idle: each
+     * node keeps its 2 neighbours (and a link or two still idling out) */
+    for (int i = 0; i < N; i++)
+        for (int t = 0; own_links(n[i]) > 2; t += 50) {
+            if (t > 30000) FAIL("node %d still draws %d links", i, own_links(n[i]));
+            usleep(50000);
+        }
+    /* a node that is not one of a's neighbours */
+    int far = -1;
+    for (int i = 1; i < N && far < 0; i++) {
+        json_t *s = cluster_snapshot(n[0]);
+        json_t *rec = find_node(s, cluster_self_id(n[i]));
+        json_t *l;
+        size_t j;
+        bool linked = false;
+        json_array_foreach(json_object_get(s, "links"), j, l)
+            linked = linked || (!strcmp(json_string_value(json_object_get(l, "to")),
+                                        cluster_self_id(n[i])) &&
+                                !strcmp(json_string_value(json_object_get(l, "from")),
+                                        cluster_self_id(n[0])));
+        if (rec && !linked)
+            far = i;
+        json_decref(s);
+    }
+    CHECK(far > 0);
+    /* what it serves reaches a through its digest */
+    const char *names[] = { "tiny" };
+    int fr[] = { 2 }, sl[] = { 3 };
+    cluster_set_serving(n[far], names, fr, sl, 1);
+    bool seen = false;
+    for (int t = 0; t < 30000 && !seen; t += 20) {
+        json_t *s = cluster_snapshot(n[0]);
+        json_t *rec = find_node(s, cluster_self_id(n[far]));
+        seen = rec && json_integer_value(json_object_get(json_object_get(rec, "serving_free"),
+                                                         "tiny")) == 2;
+        json_decref(s);
+        if (!seen) usleep(20000);
+    }
+    CHECK(seen);
+    /* a message to it: a link opens on demand and carries it */
+    pthread_mutex_lock(&got_mu);
+    got_len = 0;
+    pthread_mutex_unlock(&got_mu);
+    static uint8_t msg[1000];
+    for (size_t i = 0; i < sizeof msg; i++) msg[i] = (uint8_t)(i * 7);
+    uint8_t want[32];
+    crypto_generichash(want, 32, msg, sizeof msg, NULL, 0);
+    CHECK_OK(cluster_send(n[0], cluster_self_id(n[far]), 0x41, msg, sizeof msg));
+    size_t len = 0;
+    for (int t = 0; t < 10000 && len != sizeof msg; t += 20) {
+        usleep(20000);
+        pthread_mutex_lock(&got_mu);
+        len = got_len;
+        pthread_mutex_unlock(&got_mu);
+    }
+    CHECK_INT(len, ==, sizeof msg);
+    CHECK(!memcmp(got_hash, want, 32));
+    /* ...and closes once idle: a is back to its neighbours */
+    for (int t = 0; own_links(n[0]) > 2; t += 50) {
+        if (t > 30000) FAIL("a still draws %d links", own_links(n[0]));
+        usleep(50000);
+    }
+    CHECK_INT(all_up_in(n[0]), ==, N);
+    for (int i = N - 1; i >= 0; i--)
+        cluster_free(n[i]);
+    cfg_neighbours = cfg_idle_ms = 0;
+    cfg_handler = NULL;
 }

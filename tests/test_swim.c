@@ -338,3 +338,85 @@ TEST(swim_altered_packets)
     }
     swim_free(sa);
 }
+
+/* Two machines whose packets are delivered at once, as on loopback: the
+ * time swim_tick returns is always later than the time it was given - a
+ * host sleeping until then (membership.c) would otherwise wake up again at
+ * once, spinning a core (it did, from an ack until the period's end). */
+typedef struct { uint8_t to, buf[SWIM_PACKET_MAX]; size_t len; } held_pkt;
+static held_pkt pair_q[256];
+static int pair_n;
+static void pair_send(void *ctx, const uint8_t *to, const uint8_t *buf, size_t len, bool reliable)
+{
+    if (pair_n < 256 && len <= SWIM_PACKET_MAX) {
+        pair_q[pair_n].to = to[0];
+        memcpy(pair_q[pair_n].buf, buf, len);
+        pair_q[pair_n++].len = len;
+    }
+}
+
+TEST(swim_tick_never_returns_the_past)
+{
+    swim_config cfg;
+    swim_config_default(&cfg);
+    swim_io io = { pair_send, NULL, NULL };
+    uint8_t ida[SWIM_ID_BYTES] = { 1 }, idb[SWIM_ID_BYTES] = { 2 };
+    swim *s[2] = { swim_new(&cfg, &io, ida, NULL, 0, 1, 0), swim_new(&cfg, &io, idb, NULL, 0, 2, 0) };
+    CHECK(s[0] && s[1]);
+    CHECK_OK(swim_join(s[0], idb, 0));
+    uint64_t next[2] = { 0, 0 };
+    int wakeups = 0;
+    for (uint64_t t = 0; t < 10000;) {
+        for (int i = 0; i < 2; i++)
+            if (next[i] <= t) {
+                next[i] = swim_tick(s[i], t);
+                wakeups++;
+                CHECK_INT(next[i], >, t);
+            }
+        for (int k = 0; k < pair_n; k++)      /* delivered within the same millisecond */
+            swim_recv(s[pair_q[k].to - 1], pair_q[k].buf, pair_q[k].len, t);
+        pair_n = 0;
+        t = next[0] < next[1] ? next[0] : next[1];
+    }
+    CHECK_INT(swim_state_of(s[0], idb), ==, SWIM_ALIVE);
+    CHECK_INT(swim_state_of(s[1], ida), ==, SWIM_ALIVE);
+    /* probes, gossip and dead probes: tens of wake-ups a second, not more */
+    CHECK_INT(wakeups, <, 2 * 10 * 40);
+    swim_free(s[0]);
+    swim_free(s[1]);
+}
+
+/* Both machines ticked every 10 ms from t to end, packets delivered at once. */
+static uint64_t pair_run(swim *s[2], uint64_t t, uint64_t end)
+{
+    for (; t < end; t += 10) {
+        for (int i = 0; i < 2; i++) swim_tick(s[i], t);
+        for (int k = 0; k < pair_n; k++) swim_recv(s[pair_q[k].to - 1], pair_q[k].buf, pair_q[k].len, t);
+        pair_n = 0;
+    }
+    return t;
+}
+
+/* Evidence from outside (the live node: a silent link) suspects a member at
+ * once; a member that is alive refutes it from the next packet it gets. */
+TEST(swim_suspect_from_outside)
+{
+    swim_config cfg;
+    swim_config_default(&cfg);
+    swim_io io = { pair_send, NULL, NULL };
+    uint8_t ida[SWIM_ID_BYTES] = { 1 }, idb[SWIM_ID_BYTES] = { 2 };
+    swim *s[2] = { swim_new(&cfg, &io, ida, NULL, 0, 3, 0), swim_new(&cfg, &io, idb, NULL, 0, 4, 0) };
+    CHECK(s[0] && s[1]);
+    pair_n = 0;
+    CHECK_OK(swim_join(s[0], idb, 0));
+    uint64_t t = pair_run(s, 0, 2000);
+    CHECK_INT(swim_state_of(s[0], idb), ==, SWIM_ALIVE);
+    swim_suspect(s[0], idb, t);
+    CHECK_INT(swim_state_of(s[0], idb), ==, SWIM_SUSPECT);
+    swim_suspect(s[0], ida, t);                        /* never itself */
+    CHECK_INT(swim_state_of(s[0], ida), ==, SWIM_ALIVE);
+    t = pair_run(s, t, t + 2000);
+    CHECK_INT(swim_state_of(s[0], idb), ==, SWIM_ALIVE);
+    swim_free(s[0]);
+    swim_free(s[1]);
+}

@@ -946,10 +946,13 @@ static bool pick_node(api_server *s, const char *name, bool show, char node[33],
         const char *proto = json_string_value(json_object_get(n, "protocol"));
         const char *id = json_string_value(json_object_get(n, "id"));
         int major = 0, minor = 0;
-        if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")) || !proto ||
-            sscanf(proto, "%d.%d", &major, &minor) != 2 || major != WIRE_PROTO_MAJOR ||
-            (major == 1 && minor < 2))    /* forwarding came with 1.2 */
-            continue;
+        /* a node known by its SWIM digest alone speaks SWIM: this major,
+         * forwarding included */
+        bool digest_only = !proto && json_is_true(json_object_get(n, "from_digest"));
+        if (!st || strcmp(st, "up") || json_is_true(json_object_get(n, "self")) ||
+            (!digest_only && (!proto || sscanf(proto, "%d.%d", &major, &minor) != 2 ||
+                              major != WIRE_PROTO_MAJOR || (major == 1 && minor < 2))))
+            continue;                     /* forwarding came with 1.2 */
         if (!id)
             continue;
         json_array_foreach(json_object_get(n, show ? "models" : "serving"), k, v) {

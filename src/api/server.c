@@ -309,13 +309,17 @@ void srv_publish_instances(api_server *s)
 {
     if (!s->cfg.cluster)
         return;
-    json_t *view = cluster_snapshot(s->cfg.cluster);
+    json_t *view = NULL;
     json_t *all = json_array(), *stable = json_array();
     int n = 0;
     api_model **list = registry_list(s->reg, &n);
     for (int i = 0; list && i < n; i++) {
         if (registry_state(s->reg, list[i], NULL, 0) != MODEL_READY)
             continue;
+        /* taken once a second: only when a model needs it (the whole
+         * cluster's view costs more as the cluster grows) */
+        if (!view)
+            view = cluster_snapshot(s->cfg.cluster);
         json_t *o = model_json(s, list[i], MODEL_READY, view);
         if (!o)
             continue;

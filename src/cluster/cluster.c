@@ -16,6 +16,9 @@
  * issues), and only while its side has a quorum: a strict majority of the
  * known membership up.  docs/cluster-protocol.md explains the partition
  * rule.  Links in the view are each node's own measures, shared in STATE.
+ * With SWIM (cluster_config.swim), SWIM's view decides up/down instead
+ * (membership.c) and links are kept with neighbours and on demand only
+ * (links.c); the leader and quorum rules stay.
  */
 #include "cluster/cluster_internal.h"
 #include "cluster/channel.h"
@@ -64,6 +67,8 @@ void cluster_config_default(cluster_config *c)
     c->probe_ms = 10000;
     c->forget_after_ms = 3600000;
     c->key_confirm_ms = 30000;
+    c->swim_neighbours = 8;
+    c->link_idle_ms = 60000;
     c->bench = 1;
 }
 
@@ -208,7 +213,7 @@ json_t *cl__self_state(struct cluster *c)
         json_array_append_new(peers, json_pack("{s:s, s:o, s:i, s:s}", "id", n->id_hex,
                                                "addresses", addr_json(&n->addrs), "cluster_port",
                                                n->cluster_port, "state", n->up ? "up" : "down"));
-        if (n->up && n->rtt_ms > 0)
+        if (n->up && n->rtt_ms > 0 && (!c->swim || n->conn))   /* links that exist */
             json_array_append_new(links, json_pack("{s:s, s:f, s:o}", "to", n->id_hex, "rtt_ms",
                                                    n->rtt_ms, "bandwidth_mbps",
                                                    n->bw_mbps > 0 ? json_real(n->bw_mbps)
@@ -251,12 +256,16 @@ static void send_state(struct cluster *c, cl_conn *only)
 
 /* ---- membership ---- */
 
-static void update_membership(struct cluster *c, uint64_t now)
+void cl__update_membership(struct cluster *c, uint64_t now)
 {
     for (int i = 1; i < c->n_nodes; i++) {
         cl_node *n = c->nodes[i];
-        bool up = n->conn && n->conn->phase == PH_OPEN &&
-                  cl__since(now, n->conn->last_rx_ns) <= (uint64_t)c->cfg.down_after_ms * MS;
+        /* with SWIM, its view decides (alive or suspect: up); the links
+         * only carry messages */
+        int sw = c->swim ? cl__swim_state(c, n->id) : -2;
+        bool up = sw != -2 ? n->member && (sw == 0 || sw == 1)
+                           : n->conn && n->conn->phase == PH_OPEN &&
+                             cl__since(now, n->conn->last_rx_ns) <= (uint64_t)c->cfg.down_after_ms * MS;
         if (up == n->up)
             continue;
         pthread_mutex_lock(&c->mu);
@@ -329,6 +338,9 @@ void cl__on_established(struct cluster *c, cl_conn *k)
     }
     n->conn = k;
     n->last_rx_ns = now;
+    pthread_mutex_lock(&c->mu);
+    n->has_link = true;
+    pthread_mutex_unlock(&c->mu);
     /* the address this link came from is proven: dialled first from now
      * on, and what multicast DNS says does not move the node while linked */
     host_of(k->peer_addr, n->linked, sizeof n->linked);
@@ -364,15 +376,21 @@ void cl__on_established(struct cluster *c, cl_conn *k)
     send_state(c, k);
     cl__revoke_send(c, k);
     cl__rotate_linked(c, k);
-    update_membership(c, now);
+    cl__update_membership(c, now);
     cl__swim_join(c, n->id);            /* a proven member: first contact for SWIM too */
+    cl__link_want(c, n, now);           /* a new link lives at least link_idle_ms */
+    cl__held_release(c, n, now);        /* what waited for it */
 }
 
 void cl__on_closed(struct cluster *c, cl_conn *k)
 {
     uint64_t now = os_now_ns();
-    if (k->node && k->node->conn == k)
+    if (k->node && k->node->conn == k) {
         k->node->conn = NULL;
+        pthread_mutex_lock(&c->mu);
+        k->node->has_link = false;
+        pthread_mutex_unlock(&c->mu);
+    }
     cl_node *t = k->target;
     if (t && t->dialing == k) {
         t->dialing = NULL;
@@ -401,7 +419,7 @@ void cl__on_closed(struct cluster *c, cl_conn *k)
         if (k->refused)
             c->statics[k->static_idx].next_dial_ns = now + 30000 * MS;
     }
-    update_membership(c, now);
+    cl__update_membership(c, now);
 }
 
 /* Drops nodes[i] from the table; links and dials that named it forget it. */
@@ -536,8 +554,11 @@ void cl__on_state(struct cluster *c, cl_conn *k, const uint8_t *data, size_t len
         c->peers_dirty = true;
     }
     pthread_mutex_unlock(&c->mu);
-    /* gossip: nodes the sender has a link to that we have not met */
+    /* gossip: nodes the sender has a link to that we have not met (with
+     * SWIM, SWIM spreads the membership) */
     json_t *p;
+    if (c->swim)
+        return;
     json_array_foreach(json_object_get(st, "peers"), i, p) {
         uint8_t pid[WIRE_ID_BYTES];
         const char *ps = json_string_value(json_object_get(p, "id"));
@@ -594,7 +615,7 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
  * a few such dials a second in all, and each hint less often while it fails. */
 static void dial_hint(struct cluster *c, cl_node *n, uint64_t now)
 {
-    if (!n->hint[0] || n->conn || n->hint_dialing || now < n->hint_next_ns ||
+    if (!n->hint[0] || n->conn || n->hint_dialing || now < n->hint_next_ns || (c->swim && n->up) ||
         !mdns_bucket_take(&c->hint_dials, now, HINT_DIALS_S, HINT_DIALS_MAX))
         return;
     cl_conn *k = cl__conn_dial(c, n->hint, n->hint_port, false);
@@ -612,10 +633,15 @@ static void dial_nodes(struct cluster *c, uint64_t now)
 {
     if (c->self_removed)
         return;
+    bool lonely = c->swim && cl__swim_alone(c);
     for (int i = 1; i < c->n_nodes; i++) {
         cl_node *n = c->nodes[i];
         dial_hint(c, n, now);
         if (n->conn || n->dialing || !n_dial_addrs(n) || !n->cluster_port || now < n->next_dial_ns)
+            continue;
+        /* with SWIM: neighbours and links wanted now, or anyone remembered
+         * while SWIM knows nobody alive (first contact) */
+        if (c->swim && !cl__link_wanted(c, n, now) && !(lonely && n->member))
             continue;
         const char *a = dial_addr(n, n->dial_idx++ % n_dial_addrs(n));
         cl_conn *k = cl__conn_dial(c, a, n->cluster_port, n->dial_old_key && c->rot.has_old);
@@ -632,7 +658,7 @@ static void dial_nodes(struct cluster *c, uint64_t now)
             continue;
         s->next_dial_ns = now + 1000 * MS;
         cl_node *n = s->known ? cl__node_find(c, s->id) : NULL;
-        if (n && (n->conn || n->dialing))
+        if (n && (n->conn || n->dialing || (c->swim && n->up)))
             continue;
         cl_conn *k = cl__conn_dial(c, s->host, s->port, false);
         if (k) {
@@ -665,10 +691,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     uint64_t now = os_now_ns();
     for (cl_conn *k = c->conns; k; k = k->next)
         cl__conn_tick(k, now);
-    update_membership(c, now);
+    cl__update_membership(c, now);
     forget_nodes(c, now);
     cl__revoke_work(c);
     cl__rotate_work(c, now);
+    cl__links_tick(c, now);
     dial_nodes(c, now);
     if (c->disc)
         discovery_tick(c->disc, now);
@@ -718,10 +745,19 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     c->out_head = c->out_tail = NULL;
     bool dirty = c->self_dirty;
     pthread_mutex_unlock(&c->mu);
+    uint64_t now = os_now_ns();
     while (q) {
         cl_out *next = q->next;
         cl_node *n = cl__node_find(c, q->to);
+        if (n && c->swim && n->up && !c->stopping && !(n->conn && n->conn->phase == PH_OPEN)) {
+            /* with SWIM: a link opened on demand; the message waits for it */
+            cl__link_want(c, n, now);
+            cl__hold(c, q);
+            q = next;
+            continue;
+        }
         if (n && n->conn && n->conn->phase == PH_OPEN) {
+            cl__link_want(c, n, now);
             cl__conn_send(n->conn, q->type, q->data, q->len, false);
             /* the last message for this node in the batch: send now */
             bool more = false;
@@ -963,6 +999,8 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
     if (c->cfg.probe_ms < 0) c->cfg.probe_ms = 0;
     if (c->cfg.forget_after_ms <= 0) c->cfg.forget_after_ms = def.forget_after_ms;
     if (c->cfg.key_confirm_ms <= 0) c->cfg.key_confirm_ms = def.key_confirm_ms;
+    if (c->cfg.swim_neighbours <= 0) c->cfg.swim_neighbours = def.swim_neighbours;
+    if (c->cfg.link_idle_ms <= 0) c->cfg.link_idle_ms = def.link_idle_ms;
     c->major = cfg->proto_major > 0 ? cfg->proto_major : WIRE_PROTO_MAJOR;
     c->minor = cfg->proto_major > 0 ? cfg->proto_minor : WIRE_PROTO_MINOR;
     c->t_start_ns = os_now_ns();
@@ -1127,6 +1165,30 @@ static void slots_capped(const json_t *info, json_t *o)
     json_object_set_new(o, "serving_slots", sl);
 }
 
+/* With SWIM, a node without a link now: what it serves and its free slots
+ * come from its digest (fresher than a STATE kept from a closed link), and
+ * its hardware too when no STATE ever came; "from_digest" says so. */
+static void digest_fill(const cl_node *n, json_t *o)
+{
+    const node_digest *d = &n->digest;
+    json_t *sv = json_array(), *fr = json_object(), *sl = json_object();
+    for (int i = 0; sv && fr && sl && i < d->n_models; i++) {
+        const node_digest_model *m = &d->models[i];
+        json_array_append_new(sv, json_string(m->name));
+        json_object_set_new(fr, m->name, json_integer(m->free > m->slots ? m->slots : m->free));
+        json_object_set_new(sl, m->name, json_integer(m->slots > CLUSTER_SLOTS_MAX
+                                                      ? CLUSTER_SLOTS_MAX : m->slots));
+    }
+    json_object_set_new(o, "serving", sv);
+    json_object_set_new(o, "serving_free", fr);
+    json_object_set_new(o, "serving_slots", sl);
+    if (json_is_null(json_object_get(o, "hardware")))
+        json_object_set_new(o, "hardware", json_pack("{s:i, s:I, s:I}", "cores", (int)d->cores,
+                                                     "mem_total", (json_int_t)d->mem_total_mib << 20,
+                                                     "mem_free", (json_int_t)d->mem_free_mib << 20));
+    json_object_set_new(o, "from_digest", json_true());
+}
+
 json_t *cluster_snapshot(struct cluster *c)
 {
     uint64_t now = os_now_ns();
@@ -1156,6 +1218,8 @@ json_t *cluster_snapshot(struct cluster *c)
                                               : j >= 4 ? json_array() : json_null());
         }
         slots_capped(info, o);
+        if (c->swim && !n->is_self && n->has_digest && !n->has_link)
+            digest_fill(n, o);
         json_object_set_new(o, "down_for_ms", up ? json_null()
                             : json_integer((json_int_t)((cl__since(now, n->down_since_ns)) / MS)));
         json_array_append_new(nodes, o);
@@ -1164,10 +1228,12 @@ json_t *cluster_snapshot(struct cluster *c)
             /* a member: its id proven, so nobody leads under another's id */
             if (!leader || strcmp(n->id_hex, leader) < 0)
                 leader = n->id_hex;
-            /* this node's measures of its links, and the others' as they sent them */
+            /* this node's measures of its links, and the others' as they sent
+             * them (with SWIM: of the nodes linked now, whose STATE is fresh) */
             size_t j;
             json_t *l;
-            json_array_foreach(json_object_get(info, "links"), j, l) {
+            json_t *nl = n->is_self || !c->swim || n->has_link ? json_object_get(info, "links") : NULL;
+            json_array_foreach(nl, j, l) {
                 const char *to = json_string_value(json_object_get(l, "to"));
                 uint8_t tid[WIRE_ID_BYTES];
                 cl_node *t = to && !wire_unhex(to, tid, WIRE_ID_BYTES) ? cl__node_find(c, tid) : NULL;
@@ -1200,6 +1266,13 @@ json_t *cluster_snapshot(struct cluster *c)
                 "left", (json_int_t)c->swim_counts[3], "incarnation",
                 (json_int_t)c->swim_incarnation, "refused", (json_int_t)c->swim_bad,
                 "serving", c->swim_serving ? json_deep_copy(c->swim_serving) : json_object()));
+        json_t *sw = json_object_get(out, "swim");
+        if (sw) {
+            /* how often a member was seen suspect or dead since this node
+             * started: flapping shows here even between two polls */
+            json_object_set_new(sw, "suspicions", json_integer((json_int_t)c->swim_suspicions));
+            json_object_set_new(sw, "deaths", json_integer((json_int_t)c->swim_deaths));
+        }
     }
     pthread_mutex_unlock(&c->mu);
     return out;
@@ -1518,12 +1591,20 @@ int cluster_send(struct cluster *c, const char *to_id, int type, const void *dat
     bool up = n && n->up;
     pthread_mutex_unlock(&c->mu);
     if (!up)
-        return rc_fail(RC_ENOTFOUND, "node %.8s has no open link", to_id);
+        return rc_fail(RC_ENOTFOUND, c->swim ? "node %.8s is not up" : "node %.8s has no open link",
+                       to_id);
+    return cl__enqueue(c, id, type, data, len);
+}
+
+int cl__enqueue(struct cluster *c, const uint8_t id[WIRE_ID_BYTES], int type, const void *data,
+                size_t len)
+{
     cl_out *o = rc_malloc(sizeof *o + len);
     if (!o)
         return rc_fail(RC_ENOMEM, "queueing %zu bytes", len);
     o->next = NULL;
-    memcpy(o->to, id, sizeof id);
+    memcpy(o->to, id, WIRE_ID_BYTES);
+    o->t_ns = os_now_ns();
     o->type = type;
     o->len = len;
     if (len)
@@ -1573,6 +1654,7 @@ void cluster_free(struct cluster *c)
         c->out_head = o->next;
         rc_free(o);
     }
+    cl__held_free(c);
     json_decref(c->models);
     exports_free(c->exports);
     json_decref(c->serving);

@@ -45,10 +45,14 @@ typedef struct {
     const char *advertise_host;   /* IPv4 address published to peers; NULL: the listen
                                      address if specific, else every interface's */
     bool no_discovery;            /* no multicast DNS (also when listening on loopback) */
-    bool swim;                    /* also run SWIM membership over UDP (membership.c): seen
-                                     in /v1/cluster's "swim", while up/down, leader and
-                                     quorum still come from the links (off until it
-                                     replaces them, issue 22) */
+    bool swim;                    /* SWIM membership over UDP (membership.c) decides up/down,
+                                     leader and quorum, and links are kept only with
+                                     neighbours and on demand (docs/cluster-protocol.md
+                                     section 14) instead of a full mesh */
+    int swim_neighbours;          /* with swim: long-lived links to this many members next
+                                     to this node's id (half each side); default 8 */
+    int link_idle_ms;             /* with swim: a link opened on demand closes after this
+                                     long unused; default 60000 */
     int heartbeat_ms;             /* default 500 */
     int down_after_ms;            /* default 3000: silent this long = down */
     int probe_ms;                 /* default 10000: bandwidth probe interval per link */

@@ -9,7 +9,8 @@
  *   rotate.c     replacing the cluster key while members stay linked
  *   hw.c         hardware, the cached self-benchmark
  *   exports.c    the model files listed to peers and served to them
- *   membership.c SWIM membership (swim.c) on UDP, beside the mesh for now
+ *   membership.c SWIM membership (swim.c) on UDP: with --swim it decides up/down
+ *   links.c      with --swim: links with neighbours and on demand, not a mesh
  *   wire.c       handshake and record format (pure)
  *   mdns.c       DNS message format (pure)
  *
@@ -23,6 +24,7 @@
 
 #include "cluster/cluster.h"
 #include "cluster/mdns_guard.h"
+#include "cluster/node_digest.h"
 #include "cluster/wire.h"
 
 #include <netinet/in.h>
@@ -76,6 +78,13 @@ typedef struct cl_node {
     uint64_t hint_next_ns, hint_gap_ns;
     double rtt_ms, bw_mbps;                   /* our measure of the link to it (0: none) */
     bool dial_old_key;                        /* the next dial uses the key before a rotation */
+    /* with SWIM (membership.c) */
+    node_digest digest;                       /* mu: its last digest, when has_digest */
+    bool has_digest;                          /* mu */
+    bool has_link;                            /* mu: conn is set */
+    bool neighbour;                           /* a long-lived link is kept with it */
+    uint64_t want_until_ns;                   /* a link to it is wanted until then (messages
+                                                 sent or received; idle ones close after) */
 } cl_node;
 
 /* PH_CHAN: an authenticated data channel waiting for its first message,
@@ -130,6 +139,7 @@ typedef struct {
 typedef struct cl_out {                       /* cluster_send queue */
     struct cl_out *next;
     uint8_t to[WIRE_ID_BYTES];
+    uint64_t t_ns;                            /* queued at */
     int type;
     size_t len;
     uint8_t data[];
@@ -228,6 +238,9 @@ struct cluster {
     bool bench_started;
 
     cl_out *out_head, *out_tail;              /* mu */
+    cl_out *held;                             /* with SWIM: messages waiting for a link
+                                                 being opened on demand (cluster thread) */
+    uint64_t next_neighbours_ns;
     struct { int lo, hi; cluster_msg_fn fn; void *ud; } handlers[CLUSTER_MAX_HANDLERS];
     int n_handlers;
     struct { cluster_down_fn fn; void *ud; } on_down[CLUSTER_MAX_HANDLERS];
@@ -239,6 +252,7 @@ struct cluster {
     size_t swim_counts[4];                    /* mu: its members per state */
     uint32_t swim_incarnation;                /* mu */
     uint64_t swim_bad;                        /* mu: datagrams and packets refused */
+    uint64_t swim_suspicions, swim_deaths;    /* mu: members seen suspect / dead, ever */
     json_t *swim_serving;                     /* mu: {model: {nodes, free}} from the digests */
 
     cl_revoked *revoked;                      /* mu: the cluster's revocation list */
@@ -263,6 +277,8 @@ bool cl__refusal_log_ok(struct cluster *c, const char *from);
 void cl__on_state(struct cluster *c, cl_conn *k, const uint8_t *data, size_t len);
 void cl__on_closed(struct cluster *c, cl_conn *k);
 void cl__on_channel(struct cluster *c, cl_conn *k, const wire_msg *m);
+/* Recomputes each node's up/down (from SWIM when it runs, else the links). */
+void cl__update_membership(struct cluster *c, uint64_t now);
 /* Multicast DNS says node `id` is at addr:port.  Returns 0 when taken (a
  * new unproven node, or an address to try for a node not linked now), 1
  * when there was nothing new, -1 when refused, with the reason in why
@@ -322,9 +338,26 @@ void cl__rotate_free(struct cluster *c);
 /* membership.c: SWIM beside the mesh (issue 22) */
 int  cl__swim_start(struct cluster *c);
 void cl__swim_join(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);   /* a proven member */
+/* enum swim_state of id in this node's SWIM view, -1 when SWIM does not
+ * know it */
+int  cl__swim_state(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);
+bool cl__swim_alone(struct cluster *c);    /* SWIM knows no other member alive */
+/* a link to id went silent: SWIM suspects it (a node cut off finds itself
+ * alone within about down_after + a suspicion, whatever its probe pace) */
+void cl__swim_suspect(struct cluster *c, const uint8_t id[WIRE_ID_BYTES]);
 void cl__swim_on_stream(struct cluster *c, const uint8_t *data, size_t len);
 void cl__swim_stop(struct cluster *c);     /* tells the others this node leaves */
 void cl__swim_free(struct cluster *c);
+/* links.c: with SWIM, which links are kept (neighbours, on demand) */
+void cl__links_tick(struct cluster *c, uint64_t now);
+bool cl__link_wanted(struct cluster *c, const cl_node *n, uint64_t now);
+void cl__link_want(struct cluster *c, cl_node *n, uint64_t now);   /* used now: keep/open it */
+void cl__hold(struct cluster *c, cl_out *o);       /* a message waiting for its link */
+void cl__held_release(struct cluster *c, cl_node *n, uint64_t now);  /* link open, or expired */
+void cl__held_free(struct cluster *c);
+/* cluster.c: queues a message for the cluster thread (any thread) */
+int  cl__enqueue(struct cluster *c, const uint8_t id[WIRE_ID_BYTES], int type, const void *data,
+                 size_t len);
 
 /* hw.c */
 void cl__hw_probe(cl_hw *h);

@@ -4,11 +4,12 @@
  * (message SWIM, 0x08), and this node's digest (node_digest.c) as its
  * metadata, rebuilt every REFRESH_MS and republished when it changed.
  *
- * Stage of issue 22: SWIM runs beside the full mesh of
- * docs/cluster-protocol.md section 6 and its view is reported
- * (GET /v1/cluster "swim"), but up/down, the leader and quorum still come
- * from the mesh.  Switching them over, and then dropping the mesh's links
- * between nodes that do not work together, are the next steps.
+ * With SWIM on, its view decides each member's up/down (alive or suspect:
+ * up; dead or left: down), and with it the leader and the quorum
+ * (cluster.c, cl__update_membership); the links only carry messages.
+ * Parameters follow --down-after (cl__swim_start).  Members SWIM learns
+ * (with their digests: addresses, ports) enter the node table (learn);
+ * which links exist is links.c's business.
  *
  * Threads: everything runs on the cluster thread; the counts published for
  * cluster_snapshot are under c->mu.
@@ -47,6 +48,10 @@ struct cl_swim {
     uint8_t meta[SWIM_META_MAX];              /* the digest last published */
     int meta_len;
     uint64_t next_meta_ms, next_publish_ms;
+    bool changed;                             /* a member changed state: recompute up/down */
+    uint64_t suspicions, deaths;              /* members seen suspect, dead: since start */
+    uint8_t old_cluster_key[WIRE_KEY_BYTES];  /* the key before a rotation, and its K_swim */
+    uint8_t old_key[SWIM_SEAL_KEY_BYTES];
 };
 
 /* how often the digest is rebuilt and the view published: free slots
@@ -65,6 +70,32 @@ static const uint8_t *seal_key(struct cluster *c, struct cl_swim *m)
     return m->key;
 }
 
+/* While a key rotation settles (rotate.c keeps the key before), members
+ * still sealing with it are heard, so a rotation takes nobody down. */
+static const uint8_t *old_seal_key(struct cluster *c, struct cl_swim *m)
+{
+    if (sodium_memcmp(m->old_cluster_key, c->rot.old_key, WIRE_KEY_BYTES) != 0) {
+        memcpy(m->old_cluster_key, c->rot.old_key, WIRE_KEY_BYTES);
+        swim_seal_key(c->rot.old_key, m->old_key);
+    }
+    return m->old_key;
+}
+
+/* A random member with an open link, or NULL. */
+static cl_node *linked_member(struct cluster *c)
+{
+    int n = 0;
+    for (int i = 1; i < c->n_nodes; i++)
+        n += c->nodes[i]->conn && c->nodes[i]->conn->phase == PH_OPEN;
+    if (!n)
+        return NULL;
+    int pick = (int)randombytes_uniform((uint32_t)n);
+    for (int i = 1; i < c->n_nodes; i++)
+        if (c->nodes[i]->conn && c->nodes[i]->conn->phase == PH_OPEN && pick-- == 0)
+            return c->nodes[i];
+    return NULL;
+}
+
 static void on_send(void *ctx, const uint8_t *to, const uint8_t *buf, size_t len, bool reliable)
 {
     struct cluster *c = ctx;
@@ -73,11 +104,29 @@ static void on_send(void *ctx, const uint8_t *to, const uint8_t *buf, size_t len
     if (!n || n->is_self)
         return;
     if (reliable) {
-        /* a push-pull: over the member's link; without one, the next
-         * exchange (or a datagram-sized one) will do */
-        if (n->conn && n->conn->phase == PH_OPEN) {
+        /* a push-pull: over the member's link.  Without one it goes to a
+         * member this node is linked to instead - a handshake for every
+         * exchange would cost more than the exchange, and under load it
+         * fed a storm of links; the tables merge all the same - with the
+         * header's view of the receiver (offset 42: state, 43: incarnation)
+         * made "unknown", as it was about the other member.  Only a node
+         * linked to nobody opens a link for it (links.c). */
+        cl_node *via = n->conn && n->conn->phase == PH_OPEN ? n : linked_member(c);
+        if (via == n) {
             cl__conn_send(n->conn, WIRE_SWIM, buf, len, false);
             cl__conn_flush(n->conn);
+        } else if (via && len > 47) {
+            uint8_t *copy = rc_malloc(len);
+            if (copy) {
+                memcpy(copy, buf, len);
+                copy[42] = 0xff;
+                memset(copy + 43, 0, 4);
+                cl__conn_send(via->conn, WIRE_SWIM, copy, len, false);
+                cl__conn_flush(via->conn);
+                rc_free(copy);
+            }
+        } else if (n->up) {
+            cl__enqueue(c, to, WIRE_SWIM, buf, len);
         }
         return;
     }
@@ -92,12 +141,52 @@ static void on_send(void *ctx, const uint8_t *to, const uint8_t *buf, size_t len
         sendto(m->fd, m->dgram, (size_t)dl, 0, (struct sockaddr *)&sa, sizeof sa);
 }
 
+/* A member's digest (authenticated by the cluster key that sealed it):
+ * the node enters the table, as a member, with where to reach it. */
+static void learn(struct cluster *c, const swim_event *ev)
+{
+    node_digest d;
+    if (!ev->meta_len || node_digest_decode(ev->meta, ev->meta_len, &d) ||
+        !memcmp(ev->id, c->nodes[0]->id, WIRE_ID_BYTES))
+        return;
+    cl_node *n = cl__node_find(c, ev->id);
+    if (!n && !(n = cl__node_add(c, ev->id)))
+        return;                      /* removed from the cluster, or the table is full */
+    char ip[INET_ADDRSTRLEN] = "";
+    if (d.ipv4[0])
+        inet_ntop(AF_INET, d.ipv4, ip, sizeof ip);
+    pthread_mutex_lock(&c->mu);
+    n->digest = d;
+    n->has_digest = true;
+    if (!n->member) {
+        n->member = true;
+        c->peers_dirty = true;
+    }
+    /* a linked node's port is the one its link proved */
+    if (!n->conn && d.cluster_port && d.cluster_port != n->cluster_port) {
+        n->cluster_port = d.cluster_port;
+        c->peers_dirty = true;
+    }
+    if (d.http_port)
+        n->http_port = d.http_port;
+    pthread_mutex_unlock(&c->mu);
+    if (ip[0])
+        cl__node_add_addr(c, n, ip);
+}
+
 static void on_event(void *ctx, const swim_event *ev)
 {
     static const char *const names[] = { "", "joined", "updated", "suspected", "alive again",
                                          "dead", "left", "forgotten" };
+    struct cluster *c = ctx;
     char hex[2 * WIRE_ID_BYTES + 1];
     wire_hex(ev->id, WIRE_ID_BYTES, hex);
+    if (ev->type != SWIM_EV_UPDATE)
+        c->swim->changed = true;
+    if (ev->type == SWIM_EV_JOIN || ev->type == SWIM_EV_UPDATE || ev->type == SWIM_EV_ALIVE)
+        learn(c, ev);
+    c->swim->suspicions += ev->type == SWIM_EV_SUSPECT;
+    c->swim->deaths += ev->type == SWIM_EV_DEAD;
     if (ev->type != SWIM_EV_UPDATE)
         rc_log(LOG_DEBUG, "membership: node %.8s %s (incarnation %u)", hex,
                ev->type > 0 && ev->type <= SWIM_EV_REAPED ? names[ev->type] : "?",
@@ -143,7 +232,22 @@ static void publish(struct cluster *c)
     for (int i = 0; i < 4; i++) c->swim_counts[i] = counts[i];
     c->swim_incarnation = st.incarnation;
     c->swim_bad = m->bad + st.bad;
+    c->swim_suspicions = m->suspicions;
+    c->swim_deaths = m->deaths;
     pthread_mutex_unlock(&c->mu);
+}
+
+static void publish(struct cluster *c);
+
+/* up/down (and the counts in the view) follow a state change at once, not
+ * at the next tick */
+static void settle(struct cluster *c)
+{
+    if (c->swim->changed) {
+        c->swim->changed = false;
+        cl__update_membership(c, os_now_ns());
+        publish(c);
+    }
 }
 
 static void arm(struct cluster *c, uint64_t next)
@@ -173,6 +277,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         m->next_meta_ms = now + REFRESH_MS;
     }
     arm(c, swim_tick(m->sw, now));
+    settle(c);
     if (now >= m->next_publish_ms) {
         publish(c);
         m->next_publish_ms = now + REFRESH_MS;
@@ -189,10 +294,13 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         if (n < 0)
             break;
         int pl = swim_open(seal_key(c, m), m->dgram, (size_t)n, m->plain, sizeof m->plain);
+        if (pl < 0 && c->rot.has_old)
+            pl = swim_open(old_seal_key(c, m), m->dgram, (size_t)n, m->plain, sizeof m->plain);
         if (pl < 0 || swim_recv(m->sw, m->plain, (size_t)pl, now_ms()) != 0)
             m->bad++;
     }
     arm(c, swim_tick(m->sw, now_ms()));
+    settle(c);
 }
 
 static int self_digest(struct cluster *c, uint8_t *out, size_t cap)
@@ -248,6 +356,15 @@ int cl__swim_start(struct cluster *c)
     int ml = self_digest(c, meta, sizeof meta);
     swim_config cfg;
     swim_config_default(&cfg);
+    /* --down-after bounds detection as it does for the links: a probe
+     * period a sixth of it, and a suspicion of at most half of it at
+     * small sizes (growing as log10 N, Lifeguard shortening it with each
+     * confirmation) - a crash is suspected within about two periods and
+     * declared dead within about five */
+    uint32_t period = (uint32_t)c->cfg.down_after_ms / 6;
+    cfg.period_ms = period < 100 ? 100 : period > 2000 ? 2000 : period;
+    cfg.probe_timeout_ms = cfg.period_ms * 2 / 5;
+    cfg.suspicion_max_mult = 2;
     swim_io io = { on_send, on_event, c };
     uint64_t seed;
     randombytes_buf(&seed, sizeof seed);
@@ -268,14 +385,40 @@ int cl__swim_start(struct cluster *c)
 
 void cl__swim_join(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
 {
-    if (c->swim && swim_state_of(c->swim->sw, id) < 0)
+    /* also one it holds dead: the push-pull tells a restarted node what
+     * it is thought to be, and it refutes at once */
+    if (c->swim) {
         swim_join(c->swim->sw, id, now_ms());
+        settle(c);
+    }
+}
+
+void cl__swim_suspect(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
+{
+    if (c->swim) {
+        swim_suspect(c->swim->sw, id, now_ms());
+        settle(c);
+    }
+}
+
+bool cl__swim_alone(struct cluster *c)
+{
+    size_t counts[4];
+    swim_counts(c->swim->sw, counts);
+    return counts[SWIM_ALIVE] + counts[SWIM_SUSPECT] <= 1;
+}
+
+int cl__swim_state(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
+{
+    return c->swim ? swim_state_of(c->swim->sw, id) : -1;
 }
 
 void cl__swim_on_stream(struct cluster *c, const uint8_t *data, size_t len)
 {
     if (c->swim && swim_recv(c->swim->sw, data, len, now_ms()) != 0)
         rc_log(LOG_DEBUG, "cluster: %s", rc_errmsg());
+    if (c->swim)
+        settle(c);
 }
 
 void cl__swim_stop(struct cluster *c)

@@ -41,6 +41,18 @@
 #define PROBE_MAX      (16u << 20)
 #define MS             1000000ull
 
+
+/* Time to the next bandwidth probe of a link.  With SWIM a measure is kept
+ * for SWIM_PROBE_MULT times longer: a probe lasts 50-500 ms of the link's
+ * full speed (16 MiB sealed and opened on a fast one), which every 10 s on
+ * each neighbour link was most of an idle node's CPU; placement reads the
+ * cached measure (the first one is taken 1 s after linking). */
+#define SWIM_PROBE_MULT 30
+static uint64_t probe_gap(const struct cluster *c)
+{
+    return (uint64_t)c->cfg.probe_ms * MS * (c->swim ? SWIM_PROBE_MULT : 1);
+}
+
 static const char *short_id(const cl_conn *k)
 {
     static _Thread_local char buf[16];
@@ -261,7 +273,7 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
                 k->probe_size *= 2;
             else if (dt > 0.5 && k->probe_size / 2 >= PROBE_MIN)
                 k->probe_size /= 2;
-            k->next_probe_ns = now + (uint64_t)c->cfg.probe_ms * MS;
+            k->next_probe_ns = now + probe_gap(c);
         }
         break;
     case WIRE_REVOKE:
@@ -282,8 +294,10 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
         cl__conn_close(k, NULL);
         break;
     default:
-        if (m->type >= 0x40 && m->type < 0x80 && k->node)
+        if (m->type >= 0x40 && m->type < 0x80 && k->node) {
+            cl__link_want(c, k->node, os_now_ns());     /* in use: not idle */
             cl__dispatch(c, k->node->id_hex, m->type, m->data, m->len);
+        }
         else
             rc_log(LOG_DEBUG, "cluster: ignoring a message of unknown type 0x%02x from %s",
                    m->type, short_id(k));
@@ -524,7 +538,13 @@ void cl__conn_tick(cl_conn *k, uint64_t now)
         char why[96];
         snprintf(why, sizeof why, "silent for %llu ms (limit %d ms)",
                  (unsigned long long)((cl__since(now, k->last_rx_ns)) / MS), c->cfg.down_after_ms);
+        uint8_t id[WIRE_ID_BYTES];
+        bool had = k->node != NULL;
+        if (had)
+            memcpy(id, k->node->id, sizeof id);
         fail(k, LOG_WARN, why);
+        if (had)
+            cl__swim_suspect(c, id);   /* evidence for SWIM (with --swim) */
         return;
     }
     if (cl__since(now, k->last_ping_ns) >= (uint64_t)c->cfg.heartbeat_ms * MS) {
@@ -548,6 +568,6 @@ void cl__conn_tick(cl_conn *k, uint64_t now)
                 k->probe_inflight = false;
             rc_free(buf);
         }
-        k->next_probe_ns = now + (uint64_t)c->cfg.probe_ms * MS;
+        k->next_probe_ns = now + probe_gap(c);
     }
 }

@@ -856,7 +856,11 @@ uint64_t swim_tick(swim *s, uint64_t now)
     }
     uint64_t next = min_u64(s->next_probe, min_u64(s->next_gossip, s->next_dead_probe));
     if (now < s->heal_until) next = min_u64(next, s->next_heal_pp);
-    if (s->probing) next = min_u64(next, s->indirect_sent ? s->probe_end_at : s->probe_timeout_at);
+    /* the probe timeout matters only while no ack came and no indirect
+     * probe went out: once acked, a time already past would wake the host
+     * at once, again and again, until the period ends */
+    if (s->probing)
+        next = min_u64(next, !s->acked && !s->indirect_sent ? s->probe_timeout_at : s->probe_end_at);
     for (int i = 0; i < MAX_RELAYS; i++)
         if (s->relays[i].used) next = min_u64(next, s->relays[i].deadline_ms);
     for (size_t i = 0; i < s->n_susp; i++)
@@ -917,6 +921,14 @@ int swim_join(swim *s, const uint8_t *id, uint64_t now)
     }
     send_pushpull(s, id, P_PUSHPULL);
     return 0;
+}
+
+void swim_suspect(swim *s, const uint8_t *id, uint64_t now)
+{
+    member *m = find(s, id);
+    if (!m || m == s->self || (m->state != SWIM_ALIVE && m->state != SWIM_SUSPECT)) return;
+    if (m->state == SWIM_ALIVE) s->st.suspects_raised++;
+    apply_suspect(s, m->id, m->inc, s->self->id, now);
 }
 
 int swim_set_meta(swim *s, const uint8_t *meta, size_t meta_len, uint64_t now)

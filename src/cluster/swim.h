@@ -113,6 +113,12 @@ int swim_recv(swim *s, const uint8_t *buf, size_t len, uint64_t now_ms);
  * may sleep until then (or until a packet arrives). */
 uint64_t swim_tick(swim *s, uint64_t now_ms);
 
+/* Evidence from outside the protocol that a member is unreachable (the live
+ * node: its TCP link went silent): the member is suspected as if this
+ * node's probe of it had failed - the suspicion spreads and the member can
+ * refute it as any other. */
+void swim_suspect(swim *s, const uint8_t *id, uint64_t now_ms);
+
 /* Changes this node's metadata: a new incarnation, spread like a refutation. */
 int swim_set_meta(swim *s, const uint8_t *meta, size_t meta_len, uint64_t now_ms);
 

@@ -8,6 +8,11 @@
 
 now_ms() { date +%s%3N; }
 
+# RACIMO_SWIM=1: every node the scripts start runs with --swim (SWIM's view
+# then decides up/down, the leader and the quorum)
+SWIM_ARG=
+[ "${RACIMO_SWIM:-0}" = 1 ] && SWIM_ARG=--swim
+
 # A check's line, counted for the closing "N passed, N failed, N skipped".
 # Each line ends with the seconds since the script started: where a
 # slow run spends its time.
