@@ -347,6 +347,10 @@ test('a client that leaves cancels the pull; the part stays and the next pull re
     const kept = statSync(join(dir, '.partial', 'slow-F32.gguf.part')).size;
     assert.ok(kept > 0 && kept < big.length, `${kept}`);
     assert.equal(srv.access().find((l) => l.path === '/api/pull').status, 499);
+    // the CDN logs the first request once its last byte is written, after
+    // slow.go(): wait for that line, or it would be taken for the resumed one
+    const first = () => hub.log.some((l) => l.file === 'slow-F32.gguf' && l.start === 0);
+    for (let i = 0; i < 200 && !first(); i++) await new Promise((ok) => setTimeout(ok, 50));
     // the server serves on, and a second pull resumes from the part
     const before = hub.log.length;
     const again = await fetch(`${srv.url}/v1/models/pull`, { method: 'POST', body: '{"model":"hf.co/org/slow"}' });
