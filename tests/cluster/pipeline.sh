@@ -50,8 +50,9 @@ source tests/cluster/netns.sh
 ns_preflight "pipeline e2e" "curl jq prlimit" "$BIN"
 
 T=$(mktemp -d /tmp/racimo-pipeline.XXXXXX)
-REF_PID= REF32_PID=
+REF_PID= REF32_PID= BIG_PID=
 cleanup() {
+  [ -n "$BIG_PID" ] && kill -9 "$BIG_PID" 2>/dev/null
   [ -n "$REF_PID" ] && kill -9 "$REF_PID" 2>/dev/null
   [ -n "$REF32_PID" ] && kill -9 "$REF32_PID" 2>/dev/null
   ns_finish "$LOGS" '*.out' '*.all'
@@ -92,6 +93,11 @@ echo "pipeline e2e: namespaces $P-*, state in $T"
 MODEL=m8
 "$BIN" make-model --preset tiny --layers 8 --type Q8_0 -o "$T/$MODEL.gguf" >/dev/null 2>&1 ||
   { echo "make-model failed"; echo "0 passed, 1 failed"; exit 1; }
+# the 2 GiB model of the address-space section takes half a minute of one
+# core to write: written beside the first sections, which mostly wait
+"$BIN" make-model --preset llama3-1b --type F32 --vocab 32000 --layers 8 -o "$T/big.gguf" \
+  >"$T/big-make.out" 2>&1 &
+BIG_PID=$!
 ns_bridge
 for i in 1 2 3 4 9; do ns_host "n$i" "$i"; mkdir -p "$T/n$i/models"; done
 # node 4 has no copy: it pulls exactly the byte ranges of its layers from a peer
@@ -461,7 +467,8 @@ fi
 
 # ---- a model larger than one node's memory limit runs on two ----
 MODEL=big
-"$BIN" make-model --preset llama3-1b --type F32 --vocab 32000 --layers 8 -o "$T/big.gguf" >/dev/null 2>&1
+wait "$BIG_PID" || bad "make-model of the 2 GiB model: $(tail -c 300 "$T/big-make.out")"
+BIG_PID=
 size=$(stat -c %s "$T/big.gguf")
 limit=$(( size * 65 / 100 ))
 offer=$(( limit - 160 * 1048576 ))   # room for code, stacks, heaps and buffers
@@ -493,7 +500,10 @@ PRE="prlimit --as=$limit --stack=1048576" RACIMO_JOIN_TOKEN=$TOKEN start_node 2 
   --parallel 2 --ctx-size 256
 unset MALLOC_ARENA_MAX
 wait_for 20 n_up 1 2
-wait_for 120 sh -c "grep -q 'ready in' '$T/n1.out' || grep -q 'failed to load' '$T/n1.out'" 2>/dev/null
+# placement needs both nodes' memory offers (the request then loads the
+# model; nothing loads it before: waiting for "ready in" here burnt 120 s)
+offers_known() { [ "$(view 1 | jq '[.nodes[] | select(.state == "up" and (.hardware.mem_offer // 0) > 0)] | length')" = "$1" ]; }
+wait_for 30 offers_known 2 || bad "node 1 never saw both nodes' memory offers"
 got=$(complete 10.77.0.1 "$P-n1" "hello world" 12)
 stages=$(view 1 | jq "[.models[] | select(.name == \"big\") | .plan.stages[]] | length")
 hwm1=$(awk '/VmHWM/ {print $2 * 1024}' /proc/"$(cat "$T/n1.pid")"/status)
