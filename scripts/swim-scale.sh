@@ -30,7 +30,14 @@ pids=()
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  # a node that has not stopped 10 s after SIGTERM is killed: the scratch
+  # folder under /tmp must not outlive the run
+  local end=$(( $(date +%s) + 10 ))
+  for p in "${pids[@]}"; do
+    while kill -0 "$p" 2>/dev/null && [ "$(date +%s)" -lt "$end" ]; do sleep 0.2; done
+    kill -9 "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+  done
   mkdir -p "$LOGS"; rm -f "$LOGS"/*.log
   for f in "$T"/n*.log; do [ -e "$f" ] && cp "$f" "$LOGS"/; done
   rm -rf "$T"

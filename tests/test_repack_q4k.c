@@ -3,6 +3,7 @@
  * type's own kernels for every batch size, so a repacked model computes
  * exactly what it computed before. */
 #include "test.h"
+#include "tile_check.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -105,30 +106,11 @@ TEST(repack_q4k_tile_bits)
             const size_t rb = tensor_row_bytes(TT_Q4_K, n), xb = tensor_row_bytes(TT_Q8_K, n);
             uint8_t *w = q4k_rows(&r, NW, n, NW - 3), *xq = q8k_rows(&r, NX, n);
             uint8_t *g = repack(w, NW, n);
-            float *y = malloc(sizeof(float) * NW * NX);
-            for (int n_x = 1; n_x <= NX; n_x += n_x < 13 ? 1 : 11) {
-                for (int i = 0; i < NW * NX; i++)
-                    y[i] = -1.0f;
-                a->vec_dot_tile(n, g, rb, NW, xq, xb, n_x, y, NW);
-                for (int j = 0; j < NX; j++)
-                    for (int i = 0; i < NW; i++) {
-                        const float got = y[j * NW + i];
-                        if (j >= n_x) {
-                            if (got != -1.0f)
-                                FAIL("%d rows: output (%d, %d) written", n_x, i, j);
-                            continue;
-                        }
-                        const float want = q4k->vec_dot(w + i * rb, xq + j * xb, n);
-                        if (fp32_bits(got) != fp32_bits(want))
-                            FAIL("n %lld, %d weight rows, %d activation rows: output (%d, %d) "
-                                 "is %.9g, Q4_K vec_dot %.9g", (long long)n, NW, n_x, i, j,
-                                 got, want);
-                    }
-            }
+            tile_check_exact("Q4_K", a->vec_dot_tile, q4k->vec_dot, n, w, g, rb, NW, xq, xb, NX,
+                             13, 11);
             free(w);
             free(xq);
             free(g);
-            free(y);
         }
 }
 

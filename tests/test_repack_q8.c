@@ -4,6 +4,7 @@
  * Tensor layer only (the arm64 kernel tests build it too); the model's
  * logits with and without it are in test_repack.c. */
 #include "test.h"
+#include "tile_check.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -116,30 +117,11 @@ TEST(repack_q8_tile_bits)
             /* whole groups in memory; a partial last group is used in part */
             uint8_t *w = q8_rows(&r, groups * 8, n, NW - 2), *xq = act_rows(&r, NX, n);
             uint8_t *g = repack(w, groups * 8, n);
-            float *y = xmalloc(sizeof(float) * NW * NX);
-            for (int n_x = 1; n_x <= NX; n_x += n_x < 9 ? 1 : 13) {
-                for (int i = 0; i < NW * NX; i++)
-                    y[i] = -1.0f;
-                a->vec_dot_tile(n, g, rb, NW, xq, xb, n_x, y, NW);
-                for (int j = 0; j < NX; j++)
-                    for (int i = 0; i < NW; i++) {
-                        const float got = y[j * NW + i];
-                        if (j >= n_x) {
-                            if (got != -1.0f)
-                                FAIL("%d rows: output (%d, %d) written", n_x, i, j);
-                            continue;
-                        }
-                        const float want = q8->vec_dot(w + i * rb, xq + j * xb, n);
-                        if (fp32_bits(got) != fp32_bits(want))
-                            FAIL("n %lld, %d weight rows, %d activation rows: output (%d, %d) "
-                                 "is %.9g, Q8_0 vec_dot %.9g", (long long)n, NW, n_x, i, j,
-                                 got, want);
-                    }
-            }
+            tile_check_exact("Q8_0", a->vec_dot_tile, q8->vec_dot, n, w, g, rb, NW, xq, xb, NX,
+                             9, 13);
             free(w);
             free(xq);
             free(g);
-            free(y);
         }
 }
 
