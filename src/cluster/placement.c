@@ -232,7 +232,8 @@ static bool try_set(const problem *P, const int *set, int k, placement *p)
     return true;
 }
 
-/* Orders of the candidates: fastest first, most memory first, by id.
+/* Orders of the candidates: fastest first (the node placing first among equals),
+ * most memory first, by id.
  * Each returns < 0 when node i goes before node j. */
 static int by_speed(const problem *P, int i, int j)
 {
@@ -241,6 +242,8 @@ static int by_speed(const problem *P, int i, int j)
         return bw_of(a) > bw_of(b) ? -1 : 1;
     if (a->gflops != b->gflops)
         return a->gflops > b->gflops ? -1 : 1;
+    if (a->self != b->self)
+        return a->self ? -1 : 1;
     int c = strcmp(a->id, b->id);
     return c ? c : i - j;
 }
@@ -647,6 +650,7 @@ int placement_nodes_from_view(const json_t *view, placement_node **nodes, int *n
         double gf = json_number_value(json_object_get(hw, "matmul_gflops"));
         p->gflops = gf > 0 ? gf : 0;
         p->mem_avail = placement_node_avail(p, 0);
+        p->self = json_is_true(json_object_get(o, "self"));
         const char *proto = json_string_value(json_object_get(o, "protocol"));
         int major = 0, minor = 0;
         p->old_cut = proto && sscanf(proto, "%d.%d", &major, &minor) == 2 && major == 1 &&

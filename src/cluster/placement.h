@@ -51,6 +51,8 @@ typedef struct {
                                                   whose mem_avail is taken as given */
     bool old_cut;            /* speaks protocol < 1.3, which cuts tensor-parallel shards
                                 another way: never a shard of a 1.3 instance */
+    bool self;               /* the node placing (the view's "self"): first among
+                                equally fast nodes, so a model that fits it stays */
 } placement_node;
 
 typedef struct {
