@@ -255,6 +255,14 @@ test-pipeline-swim: build/rel/racimo build/rel/racimo-hooks
 test-pull-cluster: build/rel/racimo
 	@RACIMO_BIN=build/rel/racimo tests/cluster/pull.sh
 
+# test-onehop: 16 nodes with SWIM on the loopback of one network namespace
+# (needs root): a request to a node reaches, in one hop, a copy of the model
+# with a free slot on a node that is not its ring neighbour, never a busy
+# copy, chosen from the SWIM digests (tests/cluster/onehop.sh).
+.PHONY: test-onehop
+test-onehop: build/rel/racimo
+	@RACIMO_BIN=build/rel/racimo tests/cluster/onehop.sh
+
 # bench-pipeline: one node against a 2-node pipeline over links emulated as
 # none / 10 GbE / 1 GbE (needs root; bench/pipeline.sh, see BENCHMARKS.md).
 .PHONY: bench-pipeline

@@ -634,7 +634,11 @@ static void dial_nodes(struct cluster *c, uint64_t now)
 {
     if (c->self_removed)
         return;
+    /* first contact needs one link: SWIM learns the others through it (a
+     * joiner dialling every member it heard of would link to all of them) */
     bool lonely = c->swim && cl__swim_alone(c);
+    for (int i = 1; i < c->n_nodes && lonely; i++)
+        lonely = !(c->nodes[i]->conn && c->nodes[i]->conn->phase == PH_OPEN);
     for (int i = 1; i < c->n_nodes; i++) {
         cl_node *n = c->nodes[i];
         dial_hint(c, n, now);
