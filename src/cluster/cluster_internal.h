@@ -79,7 +79,8 @@ typedef struct cl_node {
     double rtt_ms, bw_mbps;                   /* our measure of the link to it (0: none),
                                                  kept after the link closes (measure.c) */
     uint64_t rtt_at_ns, bw_at_ns;             /* mu: when each was last taken */
-    bool measure_wanted;                      /* mu: placement asked for a fresh measure */
+    uint64_t measure_until_ns;                /* mu: placement waits for a fresh measure
+                                                 until then (0: nobody asked) */
     bool dial_old_key;                        /* the next dial uses the key before a rotation */
     /* with SWIM (membership.c) */
     node_digest digest;                       /* mu: its last digest, when has_digest */
@@ -227,7 +228,7 @@ struct cluster {
     struct exports *exports;
     json_t *serving;                          /* mu */
     json_t *serving_free;                     /* mu: {name: free sequence slots} */
-    bool measure_asked;                       /* mu: a node's measure_wanted is set */
+    bool measure_asked;                       /* mu: a node's measure_until_ns is set */
     json_t *serving_slots;                    /* mu: {name: sequence slots} */
     json_t *published;                        /* mu: {key: value} added to this node's
                                                  STATE (cluster_set_published) */

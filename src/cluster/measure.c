@@ -71,10 +71,10 @@ void cl__measure_tick(struct cluster *c, uint64_t now)
     for (int i = 1; i < c->n_nodes; i++) {
         cl_node *n = c->nodes[i];
         pthread_mutex_lock(&c->mu);
-        bool want = n->measure_wanted;
+        bool want = now < n->measure_until_ns;   /* no more dials once nobody waits */
         bool fresh = cl__measure_fresh(c, n, now);
-        if (fresh || !n->up)
-            n->measure_wanted = false;
+        if (fresh || !n->up || !want)
+            n->measure_until_ns = 0;
         pthread_mutex_unlock(&c->mu);
         if (!want || fresh || !n->up)
             continue;
@@ -94,7 +94,7 @@ void cl__measure_tick(struct cluster *c, uint64_t now)
         pthread_mutex_lock(&c->mu);
         /* asked again since the loop read the flags: look at the next tick */
         for (int i = 1; i < c->n_nodes && !pending; i++)
-            pending = c->nodes[i]->measure_wanted;
+            pending = c->nodes[i]->measure_until_ns != 0;
         c->measure_asked = pending;
         pthread_mutex_unlock(&c->mu);
     }
@@ -118,7 +118,7 @@ int cluster_measure_links(struct cluster *c, const char *const *ids, int n, int 
         cl_node *x = cl__node_find(c, wid[n_want]);
         if (!x || x->is_self || !x->member || !x->up || cl__measure_fresh(c, x, now))
             continue;
-        x->measure_wanted = true;
+        x->measure_until_ns = now + (uint64_t)(wait_ms > 0 ? wait_ms : 0) * MS;
         c->measure_asked = true;
         n_want++;
     }
