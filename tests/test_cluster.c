@@ -1612,6 +1612,7 @@ TEST_T(cluster_swim_measure_on_demand, 90)
     CHECK_INT(cluster_measure_links(n[ask], ids, 1, 20000), ==, 0);
     /* the link idles out; the measure stays, with its age */
     bool closed = false;
+    char last[512] = "none";
     for (int t = 0; t < 30000 && !closed; t += 20) {
         e = link_entry(n[ask], ids[0]);
         closed = e && json_is_false(json_object_get(e, "linked"));
@@ -1619,20 +1620,28 @@ TEST_T(cluster_swim_measure_on_demand, 90)
             CHECK(json_number_value(json_object_get(e, "rtt_ms")) > 0);
             CHECK(json_integer_value(json_object_get(e, "age_ms")) >= 0);
         }
+        char *d = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        snprintf(last, sizeof last, "%s", d ? d : "none");
+        free(d);
         json_decref(e);
         if (!closed) usleep(20000);
     }
     if (!closed)
-        FAIL("the link opened for the measure did not close after 1.5 s idle (or its measure left)");
+        FAIL("the link opened for the measure did not close after 1.5 s idle while its measure "
+             "was young (last entry: %s)", last);
     /* too old: out of the view, and measured again when asked */
     bool gone = false;
     for (int t = 0; t < 30000 && !gone; t += 50) {
         e = link_entry(n[ask], ids[0]);
         gone = !e;
+        char *d = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        snprintf(last, sizeof last, "%s", d ? d : "none");
+        free(d);
         json_decref(e);
         if (!gone) usleep(50000);
     }
-    CHECK(gone);
+    if (!gone)
+        FAIL("a measure older than 4 s is still shown: %s", last);
     CHECK_INT(cluster_measure_links(n[ask], ids, 1, 20000), ==, 1);
     e = link_entry(n[ask], ids[0]);
     CHECK(e != NULL);
