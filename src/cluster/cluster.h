@@ -48,7 +48,8 @@ typedef struct {
     bool swim;                    /* SWIM membership over UDP (membership.c) decides up/down,
                                      leader and quorum, and links are kept only with
                                      neighbours and on demand (docs/cluster-protocol.md
-                                     section 14) instead of a full mesh */
+                                     section 14) instead of a full mesh; false here,
+                                     racimo serve's default unless --mesh */
     int swim_neighbours;          /* with swim: long-lived links to this many members next
                                      to this node's id (half each side); default 8 */
     int link_idle_ms;             /* with swim: a link opened on demand closes after this

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/cluster/onehop.sh - replicas of a small model reached in one hop in
 # a cluster larger than a node's ring neighbours (issue 22).  Real `racimo
-# serve` processes with SWIM, all on the loopback of one network namespace
+# serve` processes with SWIM (the default membership), all on the loopback of one network namespace
 # of their own (ports 8001.. HTTP, 9001.. cluster; node 1 is every other
 # node's --peer).  Needs root (ip netns); skips without it.
 #
@@ -47,7 +47,7 @@ start_node() {  # I [options...]
   mkdir -p "$T/n$i/models"
   inns "$BIN" serve --host 127.0.0.1 --port $((8000 + i)) --cluster-port $((9000 + i)) \
     --state-dir "$T/n$i" --name "node$i" --no-access-log -t 1 --parallel 1 --ctx-size 2048 \
-    --swim "$@" >"$T/n$i.out" 2>&1 &
+    "$@" >"$T/n$i.out" 2>&1 &
 }
 id_of() { cat "$T/n$1/node.id"; }
 node_of_id() {  # ID: the index of the node with that id
