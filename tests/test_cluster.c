@@ -1575,7 +1575,8 @@ static json_t *link_entry(struct cluster *from, const char *to)
  * bandwidth, and keeps the measure with its age after the link closed
  * (shown "linked": false); asked again while it is young, nothing is
  * measured; once older than measure_max_age_ms it leaves the view and a
- * new request measures it again. */
+ * new request measures it again.  On a link kept open, an old bandwidth
+ * measure is probed again at once. */
 TEST_T(cluster_swim_measure_on_demand, 90)
 {
     enum { N = 6 };
@@ -1585,20 +1586,31 @@ TEST_T(cluster_swim_measure_on_demand, 90)
     cfg_measure_age_ms = 4000;
     struct cluster *n[N];
     start_ring(n, N);
-    /* a pair that never linked: no entry, not even a cached measure (the
-     * joiners all linked to a, so the asker is another node) */
+    /* a pair that are not ring neighbours (ids 2 apart or more on the ring
+     * of ids; a neighbour's link may still be forming) and never linked: no
+     * entry, not even a cached measure (the joiners all linked to a, so
+     * the asker is another node) */
+    int rank[N];
+    for (int i = 0; i < N; i++) {
+        rank[i] = 0;
+        for (int j = 0; j < N; j++)
+            rank[i] += strcmp(cluster_self_id(n[j]), cluster_self_id(n[i])) < 0;
+    }
     int ask = -1, far = -1;
     for (int i = 1; i < N && ask < 0; i++)
         for (int j = 1; j < N && far < 0; j++) {
-            json_t *e = i != j ? link_entry(n[i], cluster_self_id(n[j])) : NULL;
-            if (i != j && !e) {
+            int d = abs(rank[i] - rank[j]);
+            if (i == j || d < 2 || N - d < 2)
+                continue;
+            json_t *e = link_entry(n[i], cluster_self_id(n[j]));
+            if (!e) {
                 ask = i;
                 far = j;
             }
             json_decref(e);
         }
     if (ask < 0)
-        FAIL("every pair of nodes linked (neighbours: 2 of %d)", N);
+        FAIL("no two nodes 2 apart on the ring without a link or a measure (of %d)", N);
     const char *ids[] = { cluster_self_id(n[far]), "not-an-id", cluster_self_id(n[ask]) };
     CHECK_INT(cluster_measure_links(n[ask], ids, 3, 20000), ==, 1);
     json_t *e = link_entry(n[ask], ids[0]);
@@ -1645,6 +1657,29 @@ TEST_T(cluster_swim_measure_on_demand, 90)
     CHECK_INT(cluster_measure_links(n[ask], ids, 1, 20000), ==, 1);
     e = link_entry(n[ask], ids[0]);
     CHECK(e != NULL);
+    CHECK_INT(json_integer_value(json_object_get(e, "age_ms")), <, 4000);
+    json_decref(e);
+    /* a link kept open (a neighbour's) whose bandwidth is older than that:
+     * probed at once, not at its next probe (30 x probe_ms = 9 s apart) */
+    const char *nb = NULL;
+    for (int j = 0; j < N && !nb; j++) {
+        e = j != ask ? link_entry(n[ask], cluster_self_id(n[j])) : NULL;
+        if (e && json_is_true(json_object_get(e, "linked")))
+            nb = cluster_self_id(n[j]);
+        json_decref(e);
+    }
+    CHECK(nb != NULL);
+    json_int_t age = 0;
+    for (int t = 0; t < 30000 && age <= 4000; t += 50) {
+        e = link_entry(n[ask], nb);
+        age = e ? json_integer_value(json_object_get(e, "age_ms")) : 0;
+        json_decref(e);
+        if (age <= 4000) usleep(50000);
+    }
+    CHECK_INT(age, >, 4000);
+    CHECK_INT(cluster_measure_links(n[ask], &nb, 1, 20000), ==, 1);
+    e = link_entry(n[ask], nb);
+    CHECK(e != NULL && json_is_true(json_object_get(e, "linked")));
     CHECK_INT(json_integer_value(json_object_get(e, "age_ms")), <, 4000);
     json_decref(e);
     for (int i = N - 1; i >= 0; i--)

@@ -54,7 +54,7 @@ json_t *cl__measure_json(const struct cluster *c, const cl_node *n, uint64_t now
     uint64_t at = taken_ns(c, n);
     if (c->swim && !linked && (!at || cl__since(now, at) > age_limit_ns(c)))
         return NULL;
-    return json_pack("{s:s, s:f, s:o, s:O, s:b}", "to", n->id_hex, "rtt_ms", n->rtt_ms,
+    return json_pack("{s:s, s:f, s:o, s:o, s:b}", "to", n->id_hex, "rtt_ms", n->rtt_ms,
                      "bandwidth_mbps", n->bw_mbps > 0 ? json_real(n->bw_mbps) : json_null(),
                      "age_ms", at ? json_integer((json_int_t)(cl__since(now, at) / MS)) : json_null(),
                      "linked", linked);
