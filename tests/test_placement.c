@@ -193,6 +193,11 @@ TEST(placement_one_node_fits_fastest)
     CHECK_OK(placement_make(&fm.ms, nodes, 4, NULL, &o, &q));
     CHECK_STR(q.stage[0].id, "d");
     nodes[3].self = false;
+    /* a node of unknown bandwidth (counted as PLACEMENT_DEFAULT_BW_GBS, more
+     * than b's) does not go before one whose bandwidth is known */
+    placement_node two[] = { node("a", 8 * GiB, 0), node("b", 8 * GiB, PLACEMENT_DEFAULT_BW_GBS / 2) };
+    CHECK_OK(placement_make(&fm.ms, two, 2, NULL, &o, &q));
+    CHECK_STR(q.stage[0].id, "b");
     /* 3.4 GB read per token (all layers and the output) at 50 GB/s, no hop */
     double bytes = (32 * 100 + 200) * (double)MiB;
     CHECK_NEAR(p.stage[0].ms_per_token, bytes / 50e9 * 1e3, 1e-9);

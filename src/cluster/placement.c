@@ -232,12 +232,14 @@ static bool try_set(const problem *P, const int *set, int k, placement *p)
     return true;
 }
 
-/* Orders of the candidates: fastest first (the node placing first among equals),
- * most memory first, by id.
+/* Orders of the candidates: known speed first, fastest first (the node
+ * placing first among equals), most memory first, by id.
  * Each returns < 0 when node i goes before node j. */
 static int by_speed(const problem *P, int i, int j)
 {
     const placement_node *a = &P->nodes[i], *b = &P->nodes[j];
+    if ((a->bw_gbs > 0) != (b->bw_gbs > 0))
+        return a->bw_gbs > 0 ? -1 : 1;
     if (bw_of(a) != bw_of(b))
         return bw_of(a) > bw_of(b) ? -1 : 1;
     if (a->gflops != b->gflops)
@@ -310,7 +312,8 @@ static bool place(const problem *P, placement *p)
                     bool used = false;
                     for (int q = 0; q < k; q++)
                         used = used || set[q] == cand;
-                    if (used || bw_of(&P->nodes[cand]) <= bw_of(&P->nodes[set[j]]))
+                    if (used || bw_of(&P->nodes[cand]) <= bw_of(&P->nodes[set[j]]) ||
+                        (P->nodes[cand].bw_gbs <= 0 && P->nodes[set[j]].bw_gbs > 0))
                         continue;
                     int trial[PLACEMENT_MAX_STAGES];
                     memcpy(trial, set, (size_t)k * sizeof *trial);
