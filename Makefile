@@ -239,13 +239,14 @@ test-browser: build/rel/racimo
 test-pipeline: build/rel/racimo build/rel/racimo-hooks
 	@RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/pipeline.sh
 
-# test-cluster-swim, test-pipeline-swim: the same with every node on --swim
-# (SWIM decides up/down, the leader and quorum; RACIMO_SWIM=1).
-.PHONY: test-cluster-swim test-pipeline-swim
-test-cluster-swim: build/rel/racimo build/rel/racimo-hooks
-	@RACIMO_SWIM=1 RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/run.sh
-test-pipeline-swim: build/rel/racimo build/rel/racimo-hooks
-	@RACIMO_SWIM=1 RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/pipeline.sh
+# test-cluster-mesh, test-pipeline-mesh: the same with every node on --mesh
+# (the full mesh of earlier versions instead of SWIM, the default;
+# RACIMO_MESH=1).  Not part of `make test`.
+.PHONY: test-cluster-mesh test-pipeline-mesh
+test-cluster-mesh: build/rel/racimo build/rel/racimo-hooks
+	@RACIMO_MESH=1 RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/run.sh
+test-pipeline-mesh: build/rel/racimo build/rel/racimo-hooks
+	@RACIMO_MESH=1 RACIMO_BIN=build/rel/racimo RACIMO_HOOKS_BIN=build/rel/racimo-hooks tests/cluster/pipeline.sh
 
 # test-pull-cluster: one `racimo pull` for three nodes in network namespaces
 # (needs root): a fake Hugging Face Hub in a fourth namespace, the model then
@@ -254,6 +255,14 @@ test-pipeline-swim: build/rel/racimo build/rel/racimo-hooks
 .PHONY: test-pull-cluster
 test-pull-cluster: build/rel/racimo
 	@RACIMO_BIN=build/rel/racimo tests/cluster/pull.sh
+
+# test-onehop: 16 nodes with SWIM on the loopback of one network namespace
+# (needs root): a request to a node reaches, in one hop, a copy of the model
+# with a free slot on a node that is not its ring neighbour, never a busy
+# copy, chosen from the SWIM digests (tests/cluster/onehop.sh).
+.PHONY: test-onehop
+test-onehop: build/rel/racimo
+	@RACIMO_BIN=build/rel/racimo tests/cluster/onehop.sh
 
 # bench-pipeline: one node against a 2-node pipeline over links emulated as
 # none / 10 GbE / 1 GbE (needs root; bench/pipeline.sh, see BENCHMARKS.md).

@@ -8,7 +8,7 @@
 # Usage: scripts/swim-scale.sh [N] [WATCH_S] [--mesh]
 #   N        nodes (default 64)
 #   WATCH_S  seconds watched once converged (default 300)
-#   --mesh   the nodes run without --swim (the full mesh), to compare
+#   --mesh   the nodes run with --mesh (the full mesh), to compare
 # RACIMO_BIN overrides build/rel/racimo.  Nodes listen on 127.0.0.1, HTTP
 # ports 18001.., cluster ports 19001.. (TCP, and UDP for SWIM); node 1 is
 # every other node's --peer.  Prints one line per result and keeps the
@@ -54,7 +54,7 @@ start() {  # I [env...]
   [ "$i" -gt 1 ] && cp "$T/n1/bench.json" "$T/n$i/" 2>/dev/null
   env "$@" "$BIN" serve --host 127.0.0.1 --port "$(http "$i")" --cluster-port $((19000 + i)) \
     --state-dir "$T/n$i" --name "n$i" --no-access-log -t 1 \
-    $([ "$MODE" = swim ] && echo --swim) $([ "$i" -gt 1 ] && echo --peer 127.0.0.1:19001) \
+    $([ "$MODE" = mesh ] && echo --mesh) $([ "$i" -gt 1 ] && echo --peer 127.0.0.1:19001) \
     >"$T/n$i.log" 2>&1 &
   pids[$i]=$!
 }
@@ -87,8 +87,8 @@ ups() {  # how many nodes see all N up
   echo "$k"
 }
 all_up() { [ "$(ups)" = "$N" ]; }
-# converged once every node sees N up (members_up, from SWIM's view with
-# --swim, from the links without)
+# converged once every node sees N up (members_up, from SWIM's view, from
+# the links with --mesh)
 if wait_for 900 all_up; then
   t_conv=$(now_ms)
   echo "converged: every node sees $N up $(( t_conv - t_started )) ms after the last node started ($(( t_conv - t_first )) ms after the second)"

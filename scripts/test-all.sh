@@ -5,7 +5,7 @@
 # tests of `racimo serve` with real clients (node), and every fuzz target for
 # a bounded time.  The last line adds them up for CI: a part that cannot run
 # here (tools missing) counts as skipped there, e2e and arm64 as one each,
-# cluster as four (cluster, pipeline, pull, browser), fuzz as one per target.
+# cluster as five (cluster, pipeline, pull, one-hop, browser), fuzz as one per target.
 set -u
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -25,7 +25,7 @@ tally() {  # reads a log, adds its closing counts
 }
 mkdir -p build
 rm -f build/unit.log build/sanitizers.log build/arm64.log build/e2e.log \
-      build/cluster.log build/pipeline.log build/pull.log build/browser.log build/fuzz.log
+      build/cluster.log build/pipeline.log build/pull.log build/onehop.log build/browser.log build/fuzz.log
 step() {  # name, command...
   local name=$1; shift
   local t0=$SECONDS
@@ -55,13 +55,14 @@ if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && command -v jq >/dev/null;
   step cluster make --no-print-directory test-cluster
   step pipeline make --no-print-directory test-pipeline
   step pull make --no-print-directory test-pull-cluster
+  step onehop make --no-print-directory test-onehop
   if command -v node >/dev/null && command -v npm >/dev/null; then
     step browser make --no-print-directory test-browser
   else
     echo "browser: skipped (node or npm missing: scripts/install-deps.sh)"; total_s=$((total_s+1))
   fi
 else
-  echo "cluster: skipped (needs root, iproute2 and jq: scripts/install-deps.sh)"; total_s=$((total_s+4))
+  echo "cluster: skipped (needs root, iproute2 and jq: scripts/install-deps.sh)"; total_s=$((total_s+5))
 fi
 if command -v clang >/dev/null; then
   step fuzz make --no-print-directory -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-10}"
@@ -73,7 +74,7 @@ fi
 # What failed, gathered from every part's log just above the closing line:
 # CI keeps only the tail of this long output.
 for log in build/unit.log build/sanitizers.log build/arm64.log build/e2e.log \
-           build/cluster.log build/pipeline.log build/pull.log build/browser.log build/fuzz.log; do
+           build/cluster.log build/pipeline.log build/pull.log build/onehop.log build/browser.log build/fuzz.log; do
   [ -f "$log" ] || continue
   grep -E '^(failed: |FAIL|not ok )' "$log" | sed "s|^|$(basename "$log" .log): |" || true
 done

@@ -3,6 +3,8 @@
 #include "test.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 void test_cluster_config(cluster_config *cfg, const char *name, const char *token, int peer_port,
@@ -33,4 +35,7 @@ void test_cluster_config(cluster_config *cfg, const char *name, const char *toke
     cfg->probe_ms = 300;
     cfg->bench = 0;
     cfg->models_dir = models;
+    /* RACIMO_TEST_SWIM=1: SWIM membership, as test_cluster.c's nodes */
+    const char *swim = getenv("RACIMO_TEST_SWIM");
+    cfg->swim = swim && !strcmp(swim, "1");
 }

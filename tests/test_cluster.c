@@ -53,6 +53,7 @@ static bool env_swim(void)
     } while (0)
 
 static int cfg_neighbours, cfg_idle_ms;   /* > 0: cluster_config.swim_neighbours, link_idle_ms */
+static int cfg_measure_age_ms;             /* > 0: cluster_config.measure_max_age_ms */
 static cluster_msg_fn cfg_handler;         /* installed for 0x40-0x7f when set */
 
 static struct cluster *start_node(const char *dir_name, const char *token, const char *peer,
@@ -83,6 +84,7 @@ static struct cluster *start_node(const char *dir_name, const char *token, const
     cfg.http_port = 8080;
     cfg.swim_neighbours = cfg_neighbours;
     cfg.link_idle_ms = cfg_idle_ms;
+    cfg.measure_max_age_ms = cfg_measure_age_ms;
     struct cluster *c;
     CHECK_OK(cluster_new(&cfg, &c, NULL));
     CHECK_OK(cluster_add_down_handler(c, count_down, NULL));
@@ -1430,7 +1432,8 @@ TEST_T(cluster_swim_decides_up, 60)
     cluster_free(a);
 }
 
-/* links drawn by this node (from == self) in its own view */
+/* links open from this node (from == self) in its own view (the view also
+ * lists the cached measures of links since closed, "linked": false) */
 static int own_links(struct cluster *c)
 {
     json_t *s = cluster_snapshot(c), *l;
@@ -1438,7 +1441,8 @@ static int own_links(struct cluster *c)
     size_t i;
     int n = 0;
     json_array_foreach(json_object_get(s, "links"), i, l)
-        n += !strcmp(json_string_value(json_object_get(l, "from")), self);
+        n += !strcmp(json_string_value(json_object_get(l, "from")), self) &&
+             json_is_true(json_object_get(l, "linked"));
     json_decref(s);
     return n;
 }
@@ -1449,6 +1453,24 @@ static int all_up_in(struct cluster *c)
     int n = (int)json_integer_value(json_object_get(s, "members_up"));
     json_decref(s);
     return n;
+}
+
+/* n nodes "a", "b"... joining a with its token; returns once every node
+ * sees all n up, though each first linked only to a */
+static void start_ring(struct cluster **n, int count)
+{
+    char aa[64], name[8];
+    n[0] = start_node("a", NULL, NULL, 0);
+    addr_of(n[0], aa, sizeof aa);
+    for (int i = 1; i < count; i++) {
+        snprintf(name, sizeof name, "%c", 'a' + i);
+        n[i] = start_node(name, cluster_join_token(n[0]), aa, 0);
+    }
+    for (int i = 0; i < count; i++)
+        for (int t = 0; all_up_in(n[i]) != count; t += 20) {
+            if (t > 30000) FAIL("node %d sees %d of %d up", i, all_up_in(n[i]), count);
+            usleep(20000);
+        }
 }
 
 /* With SWIM, no full mesh: 6 nodes, each keeping links with its 2 ring
@@ -1463,19 +1485,7 @@ TEST_T(cluster_swim_links_on_demand, 90)
     cfg_idle_ms = 1500;
     cfg_handler = on_msg;
     struct cluster *n[N];
-    char aa[64], name[8];
-    n[0] = start_node("a", NULL, NULL, 0);
-    addr_of(n[0], aa, sizeof aa);
-    for (int i = 1; i < N; i++) {
-        snprintf(name, sizeof name, "%c", 'a' + i);
-        n[i] = start_node(name, cluster_join_token(n[0]), aa, 0);
-    }
-    /* everyone up everywhere, though each first linked only to a */
-    for (int i = 0; i < N; i++)
-        for (int t = 0; all_up_in(n[i]) != N; t += 20) {
-            if (t > 30000) FAIL("node %d sees %d of %d up", i, all_up_in(n[i]), N);
-            usleep(20000);
-        }
+    start_ring(n, N);
     /* the links to a that are not a's neighbours close once idle: each
      * node keeps its 2 neighbours (and a link or two still idling out) */
     for (int i = 0; i < N; i++)
@@ -1495,7 +1505,8 @@ TEST_T(cluster_swim_links_on_demand, 90)
             linked = linked || (!strcmp(json_string_value(json_object_get(l, "to")),
                                         cluster_self_id(n[i])) &&
                                 !strcmp(json_string_value(json_object_get(l, "from")),
-                                        cluster_self_id(n[0])));
+                                        cluster_self_id(n[0])) &&
+                                json_is_true(json_object_get(l, "linked")));
         if (rec && !linked)
             far = i;
         json_decref(s);
@@ -1543,4 +1554,135 @@ TEST_T(cluster_swim_links_on_demand, 90)
         cluster_free(n[i]);
     cfg_neighbours = cfg_idle_ms = 0;
     cfg_handler = NULL;
+}
+
+/* The entry of the link from `from` to `to` in from's own view (a copy, or
+ * NULL when the view lists none). */
+static json_t *link_entry(struct cluster *from, const char *to)
+{
+    json_t *s = cluster_snapshot(from), *l, *got = NULL;
+    size_t i;
+    json_array_foreach(json_object_get(s, "links"), i, l)
+        if (!got && !strcmp(json_string_value(json_object_get(l, "from")), cluster_self_id(from)) &&
+            !strcmp(json_string_value(json_object_get(l, "to")), to))
+            got = json_deep_copy(l);
+    json_decref(s);
+    return got;
+}
+
+/* Placement asks for the links of its candidates: with SWIM a node that
+ * has no link to a candidate opens one on demand, measures RTT and
+ * bandwidth, and keeps the measure with its age after the link closed
+ * (shown "linked": false); asked again while it is young, nothing is
+ * measured; once older than measure_max_age_ms it leaves the view and a
+ * new request measures it again.  On a link kept open, an old bandwidth
+ * measure is probed again at once. */
+TEST_T(cluster_swim_measure_on_demand, 90)
+{
+    enum { N = 6 };
+    start_with_swim = 1;
+    cfg_neighbours = 2;
+    cfg_idle_ms = 1500;
+    cfg_measure_age_ms = 4000;
+    struct cluster *n[N];
+    start_ring(n, N);
+    /* a pair that are not ring neighbours (ids 2 apart or more on the ring
+     * of ids; a neighbour's link may still be forming) and never linked: no
+     * entry, not even a cached measure (the joiners all linked to a, so
+     * the asker is another node) */
+    int rank[N];
+    for (int i = 0; i < N; i++) {
+        rank[i] = 0;
+        for (int j = 0; j < N; j++)
+            rank[i] += strcmp(cluster_self_id(n[j]), cluster_self_id(n[i])) < 0;
+    }
+    int ask = -1, far = -1;
+    for (int i = 1; i < N && ask < 0; i++)
+        for (int j = 1; j < N && far < 0; j++) {
+            int d = abs(rank[i] - rank[j]);
+            if (i == j || d < 2 || N - d < 2)
+                continue;
+            json_t *e = link_entry(n[i], cluster_self_id(n[j]));
+            if (!e) {
+                ask = i;
+                far = j;
+            }
+            json_decref(e);
+        }
+    if (ask < 0)
+        FAIL("no two nodes 2 apart on the ring without a link or a measure (of %d)", N);
+    const char *ids[] = { cluster_self_id(n[far]), "not-an-id", cluster_self_id(n[ask]) };
+    CHECK_INT(cluster_measure_links(n[ask], ids, 3, 20000), ==, 1);
+    json_t *e = link_entry(n[ask], ids[0]);
+    CHECK(e != NULL);
+    CHECK(json_number_value(json_object_get(e, "rtt_ms")) > 0);
+    CHECK(json_number_value(json_object_get(e, "bandwidth_mbps")) > 0);
+    CHECK(json_is_integer(json_object_get(e, "age_ms")));
+    CHECK_INT(json_integer_value(json_object_get(e, "age_ms")), <, 4000);
+    json_decref(e);
+    /* young: taken from the cache, nothing opened */
+    CHECK_INT(cluster_measure_links(n[ask], ids, 1, 20000), ==, 0);
+    /* the link idles out; the measure stays, with its age */
+    bool closed = false;
+    char last[512] = "none";
+    for (int t = 0; t < 30000 && !closed; t += 20) {
+        e = link_entry(n[ask], ids[0]);
+        closed = e && json_is_false(json_object_get(e, "linked"));
+        if (closed) {
+            CHECK(json_number_value(json_object_get(e, "rtt_ms")) > 0);
+            CHECK(json_integer_value(json_object_get(e, "age_ms")) >= 0);
+        }
+        char *d = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        snprintf(last, sizeof last, "%s", d ? d : "none");
+        free(d);
+        json_decref(e);
+        if (!closed) usleep(20000);
+    }
+    if (!closed)
+        FAIL("the link opened for the measure did not close after 1.5 s idle while its measure "
+             "was young (last entry: %s)", last);
+    /* too old: out of the view, and measured again when asked */
+    bool gone = false;
+    for (int t = 0; t < 30000 && !gone; t += 50) {
+        e = link_entry(n[ask], ids[0]);
+        gone = !e;
+        char *d = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        snprintf(last, sizeof last, "%s", d ? d : "none");
+        free(d);
+        json_decref(e);
+        if (!gone) usleep(50000);
+    }
+    if (!gone)
+        FAIL("a measure older than 4 s is still shown: %s", last);
+    CHECK_INT(cluster_measure_links(n[ask], ids, 1, 20000), ==, 1);
+    e = link_entry(n[ask], ids[0]);
+    CHECK(e != NULL);
+    CHECK_INT(json_integer_value(json_object_get(e, "age_ms")), <, 4000);
+    json_decref(e);
+    /* a link kept open (a neighbour's) whose bandwidth is older than that:
+     * probed at once, not at its next probe (30 x probe_ms = 9 s apart) */
+    const char *nb = NULL;
+    for (int j = 0; j < N && !nb; j++) {
+        e = j != ask ? link_entry(n[ask], cluster_self_id(n[j])) : NULL;
+        if (e && json_is_true(json_object_get(e, "linked")))
+            nb = cluster_self_id(n[j]);
+        json_decref(e);
+    }
+    CHECK(nb != NULL);
+    json_int_t age = 0;
+    for (int t = 0; t < 30000 && age <= 4000; t += 50) {
+        e = link_entry(n[ask], nb);
+        age = e ? json_integer_value(json_object_get(e, "age_ms")) : 0;
+        json_decref(e);
+        if (age <= 4000) usleep(50000);
+    }
+    CHECK_INT(age, >, 4000);
+    CHECK_INT(cluster_measure_links(n[ask], &nb, 1, 20000), ==, 1);
+    e = link_entry(n[ask], nb);
+    CHECK(e != NULL && json_is_true(json_object_get(e, "linked")));
+    CHECK_INT(json_integer_value(json_object_get(e, "age_ms")), <, 4000);
+    json_decref(e);
+    for (int i = N - 1; i >= 0; i--)
+        cluster_free(n[i]);
+    cfg_neighbours = cfg_idle_ms = cfg_measure_age_ms = 0;
 }

@@ -187,6 +187,17 @@ TEST(placement_one_node_fits_fastest)
     CHECK_INT(p.n_stages, ==, 1);
     /* c is fastest but too small; b and d tie: the smaller id */
     CHECK_STR(p.stage[0].id, "b");
+    /* ...unless the other is the node placing: a model that fits it stays */
+    nodes[3].self = true;
+    placement q;
+    CHECK_OK(placement_make(&fm.ms, nodes, 4, NULL, &o, &q));
+    CHECK_STR(q.stage[0].id, "d");
+    nodes[3].self = false;
+    /* a node of unknown bandwidth (counted as PLACEMENT_DEFAULT_BW_GBS, more
+     * than b's) does not go before one whose bandwidth is known */
+    placement_node two[] = { node("a", 8 * GiB, 0), node("b", 8 * GiB, PLACEMENT_DEFAULT_BW_GBS / 2) };
+    CHECK_OK(placement_make(&fm.ms, two, 2, NULL, &o, &q));
+    CHECK_STR(q.stage[0].id, "b");
     /* 3.4 GB read per token (all layers and the output) at 50 GB/s, no hop */
     double bytes = (32 * 100 + 200) * (double)MiB;
     CHECK_NEAR(p.stage[0].ms_per_token, bytes / 50e9 * 1e3, 1e-9);
@@ -532,7 +543,7 @@ TEST(placement_nodes_from_cluster_view)
         "{\"nodes\":["
         " {\"id\":\"bbbb\",\"name\":\"beta\",\"state\":\"up\",\"protocol\":\"1.2\",\"hardware\":{\"mem_total\":17179869184,"
         "  \"mem_free\":10737418240,\"mem_offer\":4294967296,\"mem_bandwidth\":40000000000,\"matmul_gflops\":100.5}},"
-        " {\"id\":\"aaaa\",\"name\":\"alpha\",\"state\":\"up\",\"hardware\":{\"mem_total\":8589934592,"
+        " {\"id\":\"aaaa\",\"name\":\"alpha\",\"state\":\"up\",\"self\":true,\"hardware\":{\"mem_total\":8589934592,"
         "  \"mem_free\":4294967296,\"mem_bandwidth\":null,\"matmul_gflops\":null}},"
         " {\"id\":\"cccc\",\"name\":\"gone\",\"state\":\"down\",\"hardware\":{\"mem_free\":1}}],"
         "\"links\":[{\"from\":\"aaaa\",\"to\":\"bbbb\",\"rtt_ms\":2.0,\"bandwidth_mbps\":800}]}";
@@ -552,6 +563,7 @@ TEST(placement_nodes_from_cluster_view)
     /* protocol 1.2 cuts tensor-parallel shards another way; no protocol
      * given (hypothetical nodes, tests): taken as current */
     CHECK(nodes[0].old_cut && !nodes[1].old_cut);
+    CHECK(!nodes[0].self && nodes[1].self);
     /* no offer published: free memory minus the reserve (a tenth of 8 GiB) */
     CHECK_INT(nodes[1].mem_avail, ==, 4 * GiB - 8 * GiB / 10);
     CHECK_NEAR(nodes[1].bw_gbs, 0, 0);

@@ -107,6 +107,7 @@ function drawGraph() {
   });
   const seen = new Set();
   for (const l of (view && view.links) || []) {
+    if (l.linked === false) continue;   // a cached measure: no link now
     const key = [l.from, l.to].sort().join('-');
     if (seen.has(key) || !pos.has(l.from) || !pos.has(l.to)) continue;
     seen.add(key);
@@ -187,7 +188,9 @@ function drawNodes() {
   for (const l of (view && view.links) || []) {
     lb.append(el('tr', {}, el('td', { text: nodeName(l.from) }), el('td', { text: nodeName(l.to) }),
       el('td', { text: num(l.rtt_ms, 2) + ' ms' }),
-      el('td', { text: l.bandwidth_mbps != null ? num(l.bandwidth_mbps, 0) + ' Mbit/s' : 'not measured yet' })));
+      el('td', { text: l.bandwidth_mbps != null ? num(l.bandwidth_mbps, 0) + ' Mbit/s' : 'not measured yet' }),
+      el('td', { text: (l.age_ms != null ? num(l.age_ms / 1000, 0) + ' s ago' : '–') +
+                       (l.linked === false ? ' (link closed since)' : '') })));
   }
 }
 

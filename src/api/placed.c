@@ -19,38 +19,80 @@
 #define STAGE_START_MS (15 * 60 * 1000)   /* a stage may have to pull its weights */
 #define REBUILD_MARGIN_MS 5000
 #define REBUILD_RETRY_MS 500
+#define MEASURE_MAX 16          /* candidates whose links are measured before placing */
+#define MEASURE_WAIT_MS 5000    /* a link opened on demand: dial, handshake, ping, probe */
 
 static void log_progress(void *ud, const char *line)
 {
     rc_log(LOG_INFO, "model %s: %s", ((api_model *)ud)->name, line);
 }
 
+static bool wished(const place_wish *wish, const char *id, const char *name)
+{
+    if (!wish || wish->n_nodes <= 0)
+        return true;
+    for (int j = 0; j < wish->n_nodes; j++)
+        if (!strcmp(id, wish->nodes[j]) || (name && !strcmp(name, wish->nodes[j])))
+            return true;
+    return false;
+}
+
+/* With SWIM this node has links (and so measures) only to a few nodes:
+ * the candidates of a placement (nodes up, those asked for, the ones with
+ * the most memory on offer first, at most MEASURE_MAX) get their links
+ * measured on demand, or their cached measure when young enough.  True
+ * when something was measured (the view is to be taken again). */
+static bool measure_candidates(const registry_config *cfg, const json_t *view,
+                               const place_wish *wish)
+{
+    placement_node *nodes = NULL;
+    int n = 0;
+    if (placement_nodes_from_view(view, &nodes, &n, NULL) || n == 0) {
+        rc_free(nodes);
+        return false;
+    }
+    const char *self = cluster_self_id(cfg->cluster);
+    const char *ids[MEASURE_MAX];
+    int k = 0;
+    bool *taken = rc_calloc((size_t)n, sizeof *taken);
+    while (taken && k < MEASURE_MAX) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (!taken[i] && strcmp(nodes[i].id, self) && wished(wish, nodes[i].id, nodes[i].name) &&
+                (best < 0 || nodes[i].mem_avail > nodes[best].mem_avail))
+                best = i;
+        if (best < 0)
+            break;
+        taken[best] = true;
+        ids[k++] = nodes[best].id;
+    }
+    int asked = k ? cluster_measure_links(cfg->cluster, ids, k, MEASURE_WAIT_MS) : 0;
+    if (asked)
+        rc_log(LOG_INFO, "placement: measured the links to %d of %d candidate node%s on demand",
+               asked, k, k == 1 ? "" : "s");
+    rc_free(taken);
+    rc_free(nodes);
+    return asked > 0;
+}
+
 /* The placement of a model with hparams hp and sizes ms for n_ctx x n_seq
- * tokens on the cluster's nodes up, as the view shows them now (*view: the
- * snapshot, the caller's to free).  `warn`: log a --min-nodes the cluster
- * cannot meet. */
-static int place(const registry_config *cfg, const char *name, const model_hparams *hp,
-                 const model_sizes *ms, int n_ctx, int n_seq, const place_wish *wish, bool warn,
-                 json_t **view, placement *pl)
+ * tokens on the cluster's nodes up in `view`.  `warn`: log a --min-nodes
+ * the cluster cannot meet. */
+static int place_on(const registry_config *cfg, const char *name, const model_hparams *hp,
+                    const model_sizes *ms, int n_ctx, int n_seq, const place_wish *wish, bool warn,
+                    const json_t *view, placement *pl)
 {
     placement_node *nodes = NULL;
     double *links = NULL;
     int n = 0, rc;
-    if (!(*view = cluster_snapshot(cfg->cluster)))
-        return rc_fail(RC_ENOMEM, "out of memory");
-    if ((rc = placement_nodes_from_view(*view, &nodes, &n, &links)))
+    if ((rc = placement_nodes_from_view(view, &nodes, &n, &links)))
         return rc;
     /* only the nodes asked for (by id or name), those of them that are up */
     if (wish && wish->n_nodes > 0) {
         int k = 0;
-        for (int i = 0; i < n; i++) {
-            bool asked = false;
-            for (int j = 0; j < wish->n_nodes && !asked; j++)
-                asked = !strcmp(nodes[i].id, wish->nodes[j]) ||
-                        !strcmp(nodes[i].name, wish->nodes[j]);
-            if (asked)
+        for (int i = 0; i < n; i++)
+            if (wished(wish, nodes[i].id, nodes[i].name))
                 nodes[k++] = nodes[i];
-        }
         n = k;
         if (!n) {
             rc_free(nodes);
@@ -59,7 +101,7 @@ static int place(const registry_config *cfg, const char *name, const model_hpara
         }
     }
     if (links)          /* for the nodes kept: [n * n] fits in what was made for all */
-        placement_links_from_view(*view, nodes, n, hp->n_embd, links);
+        placement_links_from_view(view, nodes, n, hp->n_embd, links);
     /* min_nodes is a wish (benchmarks, tests): with fewer nodes up, as
      * many as there are, so a model still runs after a node is lost. */
     int min_nodes = wish && wish->min_nodes > 0 ? wish->min_nodes : cfg->min_nodes;
@@ -81,6 +123,27 @@ static int place(const registry_config *cfg, const char *name, const model_hpara
     rc_free(nodes);
     rc_free(links);
     return rc;
+}
+
+/* place_on the view as it is now (*view: the snapshot, the caller's to
+ * free).  `measure`: when the placement uses other nodes, measure first the
+ * links to candidates that have no fresh measure, and place again (may
+ * wait a few seconds: loads only, not previews or routing). */
+static int place(const registry_config *cfg, const char *name, const model_hparams *hp,
+                 const model_sizes *ms, int n_ctx, int n_seq, const place_wish *wish, bool warn,
+                 bool measure, json_t **view, placement *pl)
+{
+    if (!(*view = cluster_snapshot(cfg->cluster)))
+        return rc_fail(RC_ENOMEM, "out of memory");
+    int rc = place_on(cfg, name, hp, ms, n_ctx, n_seq, wish, warn, *view, pl);
+    if (rc || !measure || !pl->fits ||
+        (pl->n_stages == 1 && !strcmp(pl->stage[0].id, cluster_self_id(cfg->cluster))) ||
+        !measure_candidates(cfg, *view, wish))
+        return rc;
+    json_decref(*view);
+    if (!(*view = cluster_snapshot(cfg->cluster)))
+        return rc_fail(RC_ENOMEM, "out of memory");
+    return place_on(cfg, name, hp, ms, n_ctx, n_seq, wish, false, *view, pl);
 }
 
 /* Places the model of the file at `path` as it would be placed now for
@@ -106,7 +169,7 @@ static int place_file(const registry_config *cfg, const char *name, const char *
     int n_ctx = cfg->engine.n_ctx;
     if (hp.n_ctx_train > 0 && n_ctx > hp.n_ctx_train)
         n_ctx = hp.n_ctx_train;
-    return place(cfg, name, &hp, ms, n_ctx, cfg->engine.n_seq, wish, false, view, pl);
+    return place(cfg, name, &hp, ms, n_ctx, cfg->engine.n_seq, wish, false, false, view, pl);
 }
 
 bool placed_runs_here(const registry_config *cfg, const char *name, const char *path)
@@ -201,7 +264,7 @@ static int place_now(const registry_config *cfg, api_model *m, const model_hpara
     int rc = model_sizes_read(m->lm.file, &ms);
     if (!rc)
         rc = model_sizes_set_kv_type(&ms, m->ep.kv_type);
-    if (rc || (rc = place(cfg, m->name, hp, &ms, m->ep.n_ctx, m->ep.n_seq, &m->wish, warn,
+    if (rc || (rc = place(cfg, m->name, hp, &ms, m->ep.n_ctx, m->ep.n_seq, &m->wish, warn, true,
                           &view, pl)))
         goto out;
     *plan = placement_to_json(pl, &ms);

@@ -133,16 +133,21 @@ static void print_tables(json_t *s)
     }
     json_t *links = json_object_get(s, "links");
     if (json_array_size(links)) {
-        printf("\n%-27s %-27s %8s %10s\n", "FROM", "TO", "RTT ms", "Mbit/s");
+        printf("\n%-27s %-27s %8s %10s %8s\n", "FROM", "TO", "RTT ms", "Mbit/s", "AGE s");
         json_t *l;
         json_array_foreach(links, i, l) {
-            char from[40], to[40], bw[24];
+            char from[40], to[40], bw[24], age[24];
             snprintf(from, sizeof from, "%.8s %.16s", str(l, "from"), name_of(s, str(l, "from")));
             snprintf(to, sizeof to, "%.8s %.16s", str(l, "to"), name_of(s, str(l, "to")));
             json_t *b = json_object_get(l, "bandwidth_mbps");
             snprintf(bw, sizeof bw, json_is_number(b) ? "%.0f" : "-", json_number_value(b));
-            printf("%-27s %-27s %8.2f %10s\n", from, to,
-                   json_number_value(json_object_get(l, "rtt_ms")), bw);
+            /* a measure kept from a link closed since says so */
+            json_t *a = json_object_get(l, "age_ms");
+            snprintf(age, sizeof age, json_is_integer(a) ? "%.0f" : "-",
+                     (double)json_integer_value(a) / 1000);
+            printf("%-27s %-27s %8.2f %10s %8s%s\n", from, to,
+                   json_number_value(json_object_get(l, "rtt_ms")), bw, age,
+                   json_is_false(json_object_get(l, "linked")) ? "  (link closed)" : "");
         }
     }
     /* the instances the asked node heads that were rebuilt after a node was lost */

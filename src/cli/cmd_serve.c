@@ -80,9 +80,12 @@ static void usage(FILE *f)
         "  --advertise ADDR        the IPv4 address other nodes reach this one at\n"
         "  --name NAME             this node's name (default: the host name)\n"
         "  --no-discovery          no multicast DNS (only --peer and nodes learnt from them)\n"
-        "  --swim                  SWIM membership over UDP decides up/down; links only with\n"
-        "                          8 neighbours and on demand, no full mesh (for large\n"
-        "                          clusters; give it to every node or none)\n"
+        "  --mesh                  the full mesh of earlier versions instead of SWIM: every\n"
+        "                          node linked to every other, heartbeats on each link (a\n"
+        "                          cluster runs one or the other: give it to every node\n"
+        "                          or none).  By default SWIM membership over UDP decides\n"
+        "                          up/down and links exist only with 8 neighbours and on\n"
+        "                          demand.  --swim (the default) is still accepted\n"
         "  --down-after MS         a node silent this long is marked down (default 3000)\n"
         "  --heartbeat MS          heartbeat interval (default 500)\n"
         "  --max-memory SIZE       most memory this node offers to placement (e.g. 8G, 512M,\n"
@@ -169,6 +172,7 @@ int cmd_serve(int argc, char **argv)
     long v;
     cluster_config cc;
     cluster_config_default(&cc);
+    cc.swim = true;                 /* SWIM membership unless --mesh */
     const char *peers[MAX_LIST], *digests[MAX_LIST];
     int n_peers = 0, n_digests = 0;
     bool no_cluster = false;
@@ -192,7 +196,10 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--no-discovery")) {
             cc.no_discovery = true;
         } else if (!strcmp(a, "--swim")) {
-            cc.swim = true;
+            cc.swim = true;             /* the default now; still accepted */
+            takes = false;
+        } else if (!strcmp(a, "--mesh")) {
+            cc.swim = false;
             takes = false;
         } else if (!val) {
             fprintf(stderr, "racimo: serve: unknown option or missing value: '%s'\n", a);

@@ -69,6 +69,7 @@ void cluster_config_default(cluster_config *c)
     c->key_confirm_ms = 30000;
     c->swim_neighbours = 8;
     c->link_idle_ms = 60000;
+    c->measure_max_age_ms = 300000;
     c->bench = 1;
 }
 
@@ -206,6 +207,7 @@ json_t *cl__self_state(struct cluster *c)
 {
     cl_node *self = self_node(c);
     json_t *peers = json_array(), *links = json_array();
+    uint64_t now = os_now_ns();
     for (int i = 1; i < c->n_nodes; i++) {
         cl_node *n = c->nodes[i];
         if (!n->member)
@@ -213,11 +215,9 @@ json_t *cl__self_state(struct cluster *c)
         json_array_append_new(peers, json_pack("{s:s, s:o, s:i, s:s}", "id", n->id_hex,
                                                "addresses", addr_json(&n->addrs), "cluster_port",
                                                n->cluster_port, "state", n->up ? "up" : "down"));
-        if (n->up && n->rtt_ms > 0 && (!c->swim || n->conn))   /* links that exist */
-            json_array_append_new(links, json_pack("{s:s, s:f, s:o}", "to", n->id_hex, "rtt_ms",
-                                                   n->rtt_ms, "bandwidth_mbps",
-                                                   n->bw_mbps > 0 ? json_real(n->bw_mbps)
-                                                                  : json_null()));
+        json_t *l = cl__measure_json(c, n, now);   /* links that exist, measures cached */
+        if (l)
+            json_array_append_new(links, l);
     }
     char proto[16];
     snprintf(proto, sizeof proto, "%d.%d", c->major, c->minor);
@@ -274,6 +274,7 @@ void cl__update_membership(struct cluster *c, uint64_t now)
         if (!up) {
             n->down_since_ns = now;
             n->rtt_ms = n->bw_mbps = 0;
+            n->rtt_at_ns = n->bw_at_ns = 0;
         }
         c->self_dirty = true;
         pthread_mutex_unlock(&c->mu);
@@ -633,7 +634,11 @@ static void dial_nodes(struct cluster *c, uint64_t now)
 {
     if (c->self_removed)
         return;
+    /* first contact needs one link: SWIM learns the others through it (a
+     * joiner dialling every member it heard of would link to all of them) */
     bool lonely = c->swim && cl__swim_alone(c);
+    for (int i = 1; i < c->n_nodes && lonely; i++)
+        lonely = !(c->nodes[i]->conn && c->nodes[i]->conn->phase == PH_OPEN);
     for (int i = 1; i < c->n_nodes; i++) {
         cl_node *n = c->nodes[i];
         dial_hint(c, n, now);
@@ -696,6 +701,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     cl__revoke_work(c);
     cl__rotate_work(c, now);
     cl__links_tick(c, now);
+    cl__measure_tick(c, now);
     dial_nodes(c, now);
     if (c->disc)
         discovery_tick(c->disc, now);
@@ -1001,6 +1007,7 @@ int cluster_new(const cluster_config *cfg, struct cluster **out, bool *created)
     if (c->cfg.key_confirm_ms <= 0) c->cfg.key_confirm_ms = def.key_confirm_ms;
     if (c->cfg.swim_neighbours <= 0) c->cfg.swim_neighbours = def.swim_neighbours;
     if (c->cfg.link_idle_ms <= 0) c->cfg.link_idle_ms = def.link_idle_ms;
+    if (c->cfg.measure_max_age_ms <= 0) c->cfg.measure_max_age_ms = def.measure_max_age_ms;
     c->major = cfg->proto_major > 0 ? cfg->proto_major : WIRE_PROTO_MAJOR;
     c->minor = cfg->proto_major > 0 ? cfg->proto_minor : WIRE_PROTO_MINOR;
     c->t_start_ns = os_now_ns();
@@ -1240,9 +1247,13 @@ json_t *cluster_snapshot(struct cluster *c)
                 if (!t || !t->member || !(t->is_self || t->up))
                     continue;
                 json_t *rtt = json_object_get(l, "rtt_ms"), *bw = json_object_get(l, "bandwidth_mbps");
-                json_array_append_new(links, json_pack("{s:s, s:s, s:O, s:O}", "from", n->id_hex,
-                                                       "to", to, "rtt_ms", rtt ? rtt : json_null(),
-                                                       "bandwidth_mbps", bw ? bw : json_null()));
+                json_t *age = json_object_get(l, "age_ms"), *lk = json_object_get(l, "linked");
+                json_array_append_new(links, json_pack("{s:s, s:s, s:O, s:O, s:O, s:O}", "from",
+                                                       n->id_hex, "to", to, "rtt_ms",
+                                                       rtt ? rtt : json_null(), "bandwidth_mbps",
+                                                       bw ? bw : json_null(), "age_ms",
+                                                       json_is_integer(age) ? age : json_null(),
+                                                       "linked", json_is_boolean(lk) ? lk : json_true()));
             }
         }
         json_decref(info);

@@ -48,11 +48,15 @@ typedef struct {
     bool swim;                    /* SWIM membership over UDP (membership.c) decides up/down,
                                      leader and quorum, and links are kept only with
                                      neighbours and on demand (docs/cluster-protocol.md
-                                     section 14) instead of a full mesh */
+                                     section 14) instead of a full mesh; false here,
+                                     racimo serve's default unless --mesh */
     int swim_neighbours;          /* with swim: long-lived links to this many members next
                                      to this node's id (half each side); default 8 */
     int link_idle_ms;             /* with swim: a link opened on demand closes after this
                                      long unused; default 60000 */
+    int measure_max_age_ms;       /* a link measure (RTT, bandwidth) older than this is
+                                     taken again when placement asks for it
+                                     (cluster_measure_links); default 300000 */
     int heartbeat_ms;             /* default 500 */
     int down_after_ms;            /* default 3000: silent this long = down */
     int probe_ms;                 /* default 10000: bandwidth probe interval per link */
@@ -103,7 +107,9 @@ int cluster_start(struct cluster *c);
  *               exports.h),"serving":[names],
  *               "serving_free":{name: free slots},
  *               "serving_slots":{name: slots}}...],
- *    "links": [{"from","to","rtt_ms","bandwidth_mbps"}...],
+ *    "links": [{"from","to","rtt_ms","bandwidth_mbps","age_ms" (how old the measure was
+ *               when its node reported it; with SWIM also measures of links since closed,
+ *               kept up to measure_max_age_ms),"linked" (a link is open now)}...],
  *    "removed": bool (this node was removed from the cluster),
  *    "revoked": [{"id","by","at" (unix s)}...],
  *    "key_rotation": {"epoch", "in_progress", "old_key_in_use",
@@ -111,6 +117,16 @@ int cluster_start(struct cluster *c);
  * Only members (nodes met, or vouched for by one) are listed; links only
  * between nodes up.  NULL only when out of memory. */
 json_t *cluster_snapshot(struct cluster *c);
+
+/* Measures this node's links to the nodes `ids` (hex, n of them) whose
+ * measure (RTT, and bandwidth unless probes are off) is missing or older
+ * than measure_max_age_ms: with SWIM it opens a link on demand to each
+ * that has none (closed again once idle; the measure stays cached), on an
+ * open link it takes a bandwidth probe now.  Waits up to wait_ms for them
+ * (never on the cluster thread).  Self, unknown or down ids are skipped.
+ * Returns how many of the ids had no fresh measure when called (0: the
+ * view already had them all). */
+int cluster_measure_links(struct cluster *c, const char *const *ids, int n, int wait_ms);
 
 /* The join token (racimo1-...); valid until cluster_free; a key rotation
  * rewrites it (read it again once cluster_snapshot's key_rotation is done). */

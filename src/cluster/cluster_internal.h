@@ -76,7 +76,11 @@ typedef struct cl_node {
     int hint_port;
     struct cl_conn *hint_dialing;
     uint64_t hint_next_ns, hint_gap_ns;
-    double rtt_ms, bw_mbps;                   /* our measure of the link to it (0: none) */
+    double rtt_ms, bw_mbps;                   /* our measure of the link to it (0: none),
+                                                 kept after the link closes (measure.c) */
+    uint64_t rtt_at_ns, bw_at_ns;             /* mu: when each was last taken */
+    uint64_t measure_until_ns;                /* mu: placement waits for a fresh measure
+                                                 until then (0: nobody asked) */
     bool dial_old_key;                        /* the next dial uses the key before a rotation */
     /* with SWIM (membership.c) */
     node_digest digest;                       /* mu: its last digest, when has_digest */
@@ -224,6 +228,7 @@ struct cluster {
     struct exports *exports;
     json_t *serving;                          /* mu */
     json_t *serving_free;                     /* mu: {name: free sequence slots} */
+    bool measure_asked;                       /* mu: a node's measure_until_ns is set */
     json_t *serving_slots;                    /* mu: {name: sequence slots} */
     json_t *published;                        /* mu: {key: value} added to this node's
                                                  STATE (cluster_set_published) */
@@ -350,6 +355,10 @@ void cl__swim_stop(struct cluster *c);     /* tells the others this node leaves 
 void cl__swim_free(struct cluster *c);
 /* links.c: with SWIM, which links are kept (neighbours, on demand) */
 void cl__links_tick(struct cluster *c, uint64_t now);
+/* measure.c: link measures on demand and their age */
+void cl__measure_tick(struct cluster *c, uint64_t now);
+bool cl__measure_fresh(const struct cluster *c, const cl_node *n, uint64_t now);   /* mu */
+json_t *cl__measure_json(const struct cluster *c, const cl_node *n, uint64_t now);  /* mu */
 bool cl__link_wanted(struct cluster *c, const cl_node *n, uint64_t now);
 void cl__link_want(struct cluster *c, cl_node *n, uint64_t now);   /* used now: keep/open it */
 void cl__hold(struct cluster *c, cl_out *o);       /* a message waiting for its link */

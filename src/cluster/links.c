@@ -13,8 +13,9 @@
  * need no link.
  *
  * While SWIM knows no other member alive (a node just started, or cut off)
- * it dials the members it remembers (peers.json) and its --peer seeds, as
- * the mesh does: first contact.
+ * and no link is open, it dials the members it remembers (peers.json) and
+ * its --peer seeds, as the mesh does: first contact.  One link is enough;
+ * SWIM learns the others through it.
  *
  * Threads: the cluster thread.
  */

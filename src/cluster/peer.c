@@ -241,6 +241,7 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
                 cl_node *n = k->node;
                 pthread_mutex_lock(&c->mu);
                 n->rtt_ms = n->rtt_ms > 0 ? n->rtt_ms * 0.75 + rtt * 0.25 : rtt;
+                n->rtt_at_ns = now;
                 pthread_mutex_unlock(&c->mu);
             }
         }
@@ -266,6 +267,7 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
             cl_node *n = k->node;
             pthread_mutex_lock(&c->mu);
             n->bw_mbps = n->bw_mbps > 0 ? n->bw_mbps * 0.5 + mbps * 0.5 : mbps;
+            n->bw_at_ns = now;
             pthread_mutex_unlock(&c->mu);
             k->probe_inflight = false;
             /* aim at transfers of 50-500 ms: precise enough, never long */

@@ -232,15 +232,20 @@ static bool try_set(const problem *P, const int *set, int k, placement *p)
     return true;
 }
 
-/* Orders of the candidates: fastest first, most memory first, by id.
+/* Orders of the candidates: known speed first, fastest first (the node
+ * placing first among equals), most memory first, by id.
  * Each returns < 0 when node i goes before node j. */
 static int by_speed(const problem *P, int i, int j)
 {
     const placement_node *a = &P->nodes[i], *b = &P->nodes[j];
+    if ((a->bw_gbs > 0) != (b->bw_gbs > 0))
+        return a->bw_gbs > 0 ? -1 : 1;
     if (bw_of(a) != bw_of(b))
         return bw_of(a) > bw_of(b) ? -1 : 1;
     if (a->gflops != b->gflops)
         return a->gflops > b->gflops ? -1 : 1;
+    if (a->self != b->self)
+        return a->self ? -1 : 1;
     int c = strcmp(a->id, b->id);
     return c ? c : i - j;
 }
@@ -307,7 +312,8 @@ static bool place(const problem *P, placement *p)
                     bool used = false;
                     for (int q = 0; q < k; q++)
                         used = used || set[q] == cand;
-                    if (used || bw_of(&P->nodes[cand]) <= bw_of(&P->nodes[set[j]]))
+                    if (used || bw_of(&P->nodes[cand]) <= bw_of(&P->nodes[set[j]]) ||
+                        (P->nodes[cand].bw_gbs <= 0 && P->nodes[set[j]].bw_gbs > 0))
                         continue;
                     int trial[PLACEMENT_MAX_STAGES];
                     memcpy(trial, set, (size_t)k * sizeof *trial);
@@ -647,6 +653,7 @@ int placement_nodes_from_view(const json_t *view, placement_node **nodes, int *n
         double gf = json_number_value(json_object_get(hw, "matmul_gflops"));
         p->gflops = gf > 0 ? gf : 0;
         p->mem_avail = placement_node_avail(p, 0);
+        p->self = json_is_true(json_object_get(o, "self"));
         const char *proto = json_string_value(json_object_get(o, "protocol"));
         int major = 0, minor = 0;
         p->old_cut = proto && sscanf(proto, "%d.%d", &major, &minor) == 2 && major == 1 &&

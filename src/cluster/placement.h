@@ -21,8 +21,11 @@
  * (`racimo serve --max-memory`, else its free memory) and the reserve, kept
  * free for the OS, activations and logits, defaults to max(512 MiB, 10% of
  * the node's memory).  Hypothetical nodes (mem_free 0) give mem_avail as
- * set.  Unknown memory bandwidth counts as PLACEMENT_DEFAULT_BW_GBS, an
- * unknown link as PLACEMENT_DEFAULT_HOP_MS per hop.
+ * set.  Unknown memory bandwidth counts as PLACEMENT_DEFAULT_BW_GBS in the
+ * estimates, but a node whose bandwidth is known goes first (a node not
+ * benchmarked yet, or known only by its SWIM digest, never looks faster
+ * than a measured one); an unknown link counts as PLACEMENT_DEFAULT_HOP_MS
+ * per hop.
  */
 #ifndef RC_PLACEMENT_H
 #define RC_PLACEMENT_H
@@ -51,6 +54,8 @@ typedef struct {
                                                   whose mem_avail is taken as given */
     bool old_cut;            /* speaks protocol < 1.3, which cuts tensor-parallel shards
                                 another way: never a shard of a 1.3 instance */
+    bool self;               /* the node placing (the view's "self"): first among
+                                equally fast nodes, so a model that fits it stays */
 } placement_node;
 
 typedef struct {

@@ -42,7 +42,7 @@ start_node() {
   local i=$1; shift
   ip netns exec "$P-n$i" "$BIN" serve --host "10.77.0.$i" --port 8080 --state-dir "$T/n$i" \
     --name "node$i" --no-access-log -t 1 --down-after 1500 --parallel 2 --ctx-size 256 \
-    --api-key "$KEY" --watts $((30 + i * 5)) --price-kwh 0.25 --cloud-price 0.6 "$@" \
+    --api-key "$KEY" --watts $((30 + i * 5)) --price-kwh 0.25 --cloud-price 0.6 ${MESH_ARG:-} "$@" \
     >"$T/n$i.out" 2>&1 &
   echo $! >"$T/n$i.pid"
   wait_for 20 grep -q "listening on" "$T/n$i.out" || { tail -5 "$T/n$i.out"; return 1; }

@@ -8,10 +8,10 @@
 
 now_ms() { date +%s%3N; }
 
-# RACIMO_SWIM=1: every node the scripts start runs with --swim (SWIM's view
-# then decides up/down, the leader and the quorum)
-SWIM_ARG=
-[ "${RACIMO_SWIM:-0}" = 1 ] && SWIM_ARG=--swim
+# RACIMO_MESH=1: every node the scripts start runs with --mesh (the full
+# mesh of earlier versions instead of SWIM, the default)
+MESH_ARG=
+[ "${RACIMO_MESH:-0}" = 1 ] && MESH_ARG=--mesh
 
 # A check's line, counted for the closing "N passed, N failed, N skipped".
 # Each line ends with the seconds since the script started: where a

@@ -71,7 +71,7 @@ start_node() {
   : >"$T/n$i.out"
   ip netns exec "$P-n$i" ${PRE:-} "${NODE_BIN:-$BIN}" serve --host "10.77.0.$i" --port 8080 \
     --state-dir "$T/n$i" --name "node$i" --no-access-log -t 1 --down-after 1500 \
-    --parallel 4 --ctx-size 512 ${SWIM_ARG:-} "$@" >>"$T/n$i.out" 2>&1 &
+    --parallel 4 --ctx-size 512 ${MESH_ARG:-} "$@" >>"$T/n$i.out" 2>&1 &
   echo $! >"$T/n$i.pid"
   wait_for 20 grep -q "listening on" "$T/n$i.out" || { tail -5 "$T/n$i.out"; return 1; }
 }

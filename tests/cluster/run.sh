@@ -32,7 +32,7 @@
 # build/cluster-e2e/.  Usage: tests/cluster/run.sh  (RACIMO_BIN overrides
 # the binary, RACIMO_HOOKS_BIN the one the misbehaving nodes run (racimo-hooks,
 # which reads RACIMO_TEST_*); DOWN_MS the down-after bound, default 3000;
-# RACIMO_SWIM=1 starts every node with --swim, see netns.sh).
+# RACIMO_MESH=1 starts every node with --mesh, see netns.sh).
 set -u
 cd "$(dirname "$0")/../.."
 BIN=$(realpath "${RACIMO_BIN:-build/rel/racimo}")
@@ -57,7 +57,7 @@ start_node() {  # I [options...]   (NODE_BIN=... to run another binary)
   local i=$1; shift
   : >"$T/n$i.out"
   ip netns exec "$P-n$i" "${NODE_BIN:-$BIN}" serve --host "10.77.0.$i" --port 8080 --state-dir "$T/n$i" \
-    --name "node$i" --no-access-log -t 1 --down-after "$DOWN_MS" ${SWIM_ARG:-} "$@" >"$T/n$i.out" 2>&1 &
+    --name "node$i" --no-access-log -t 1 --down-after "$DOWN_MS" ${MESH_ARG:-} "$@" >"$T/n$i.out" 2>&1 &
   echo $! >"$T/n$i.pid"
   wait_for 15 grep -q "listening on" "$T/n$i.out" || { cat "$T/n$i.out"; return 1; }
 }
@@ -100,7 +100,7 @@ full_links() {  # every node sees N*(N-1) links with latency and bandwidth
   done
 }
 
-echo "cluster e2e: namespaces $P-*, state in $T${SWIM_ARG:+ (nodes with $SWIM_ARG)}"
+echo "cluster e2e: namespaces $P-*, state in $T${MESH_ARG:+ (nodes with $MESH_ARG)}"
 "$BIN" make-model --preset tiny -o "$T/tiny.gguf" >/dev/null 2>&1 || { echo "make-model failed"; echo "0 passed, 1 failed"; exit 1; }
 ns_bridge
 for i in 1 2 3 4 5; do ns_host "n$i" "$i"; mkdir -p "$T/n$i/models"; done

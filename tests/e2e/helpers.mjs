@@ -30,8 +30,11 @@ export function writeFile(name, text) {
 export async function startServer(args = [], { env = {}, preload = true } = {}) {
   const dir = models();
   const accessLog = join(dir, `access-${process.pid}-${Date.now()}-${Math.random().toString(36).slice(2)}.log`);
+  // RACIMO_MESH=1: every server runs the full mesh instead of SWIM (as the
+  // namespace tests do)
   const all = ['serve', '--port', '0', '-t', '1', '--access-log', accessLog,
-    ...(preload ? ['-m', join(dir, 'tiny.gguf')] : []), ...args];
+    ...(preload ? ['-m', join(dir, 'tiny.gguf')] : []),
+    ...(process.env.RACIMO_MESH === '1' ? ['--mesh'] : []), ...args];
   const proc = spawn(BIN, all, {
     // Each server gets its own state directory (cluster key, node id), so
     // tests never touch ~/.racimo and parallel servers do not share a lock.
