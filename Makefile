@@ -171,7 +171,8 @@ test-unit: $(BUILD)/racimo_tests $(BUILD)/racimo
 # tests (runner, base, quant, kernels).
 KTEST_SRC := tests/runner.c $(wildcard tests/test_base.c tests/test_quant.c tests/test_kernels.c \
                                         tests/test_kv_types.c tests/test_repack_q4k.c \
-                                        tests/test_repack_q8.c tests/test_membw.c tests/tile_check.c)
+                                        tests/test_repack_q8.c tests/test_repack_q6k.c tests/test_membw.c \
+                                        tests/tile_check.c)
 KLIB_SRC  := $(filter src/base/% src/tensor/%,$(LIB_SRC))
 $(BUILD)/racimo_kernel_tests: $(KTEST_SRC:%.c=$(BUILD)/%.o) $(KLIB_SRC:%.c=$(BUILD)/%.o)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm -pthread

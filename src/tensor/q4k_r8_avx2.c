@@ -30,13 +30,6 @@
 
 enum { R8_J = 4 };   /* activation rows per pass over a group's weights */
 
-INLINE __m256i bcast4(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm256_set1_epi32(v);
-}
-
 /* Byte `i` of each 32-bit lane of v as a 16-bit value in both halves of the
  * lane: the multiplier of that lane's row for VPMADDWD. */
 INLINE __m256i lane_byte16(__m256i v, int i)

@@ -33,13 +33,6 @@ enum { XP_BYTES = 40, XP_D = 32, XP_SUM = 36 };
  * in registers). */
 enum { RJ = 4 };
 
-INLINE __m256i bcast4(const uint8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm256_set1_epi32(v);
-}
-
 /* The end of a block for activation row j (xb: its prepared block):
  * the offset, then the float step. */
 INLINE __m256 finish(__m256i isum, __m256 dw, const uint8_t *xb, __m256 acc)

@@ -32,13 +32,6 @@
 #include "tensor/q8_0_r8.h"
 #include "tensor/simd_x86.h"
 
-INLINE __m256i bcast4(const int8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm256_set1_epi32(v);
-}
-
 /* Lane c's step for the 8 rows: the chunk at q against x's bytes 4c..4c+3. */
 #define LANE(acc, c)                                                                   \
     do {                                                                               \

@@ -44,6 +44,15 @@ INLINE int hsum_epi32(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
+/* The 4 bytes at p (any alignment) in every 32-bit lane: the activation
+ * bytes that one multiply-add meets with 4 levels of each of 8 rows. */
+INLINE __m256i bcast4(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
 /* Unaligned scalars inside packed blocks. */
 INLINE float load_f32(const uint8_t *p)
 {
