@@ -95,6 +95,12 @@ $(BUILD)/racimo: $(CLI_OBJ) $(BUILD)/libracimo.a
 $(BUILD)/racimo_tests: $(TEST_OBJ) $(BUILD)/libracimo.a
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libracimo.a $(TEST_LDLIBS) $(LDLIBS)
 
+# racimo-kernel-time: one matrix product as in the file against repacked,
+# in thread CPU time (bench/kernel_time.c; BENCHMARKS.md's kernel tables).
+$(BUILD)/racimo-kernel-time: $(BUILD)/bench/kernel_time.o $(BUILD)/libracimo.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+-include $(BUILD)/bench/kernel_time.d
+
 $(BUILD)/gen/web_embed: tools/web_embed.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -Wall -Wextra -o $@ $<
