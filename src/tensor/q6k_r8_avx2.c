@@ -32,10 +32,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-#ifndef PF_AHEAD
-#define PF_AHEAD 2   /* super-blocks of a group ahead that are prefetched */
-#endif
-
+enum { PF_AHEAD = PREFETCH_BYTES / Q6K_R8_GROUP_BYTES };   /* super-blocks (simd_x86.h) */
 enum { R8_J = 4 };   /* activation rows per pass over a group's weights */
 
 /* Bytes a and b of each 32-bit lane of v, sign-extended, as the lane's low
@@ -73,10 +70,7 @@ INLINE void group_dot(int J, int64_t nb, const uint8_t *g, const uint8_t *x, siz
     UNROLL for (int j = 0; j < J; j++)
         acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, g += Q6K_R8_GROUP_BYTES) {
-        /* every line of the super-block PF_AHEAD on: the stream's own
-         * prefetching alone read 5.9 GB/s here, this 7.5 (BENCHMARKS.md) */
-        for (int c = 0; c < Q6K_R8_GROUP_BYTES + 64; c += 64)
-            _mm_prefetch((const char *)(g + PF_AHEAD * Q6K_R8_GROUP_BYTES + c), _MM_HINT_T0);
+        prefetch_lines(g + PF_AHEAD * Q6K_R8_GROUP_BYTES, Q6K_R8_GROUP_BYTES);
         __m256i isum[R8_J];
         UNROLL for (int j = 0; j < J; j++)
             isum[j] = _mm256_setzero_si256();

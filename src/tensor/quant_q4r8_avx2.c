@@ -67,6 +67,7 @@ VNNI INLINE __m256i end_vnni(__m256i s) { return s; }
         const __m256i m4 = _mm256_set1_epi8(0x0f);                                         \
         for (int64_t b = 0; b < nb; b++, g += Q4_0_R8_BLOCK) {                             \
             const uint8_t *xb = x + (size_t)b * XP_BYTES;                                  \
+            prefetch_lines(g + PREFETCH_BYTES, Q4_0_R8_BLOCK);                              \
             __m256i s[RJ];                                                                 \
             UNROLL for (int j = 0; j < J; j++)                                             \
                 s[j] = _mm256_setzero_si256();                                             \

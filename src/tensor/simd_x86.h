@@ -53,6 +53,20 @@ INLINE __m256i bcast4(const void *p)
     return _mm256_set1_epi32(v);
 }
 
+/* Asks for every cache line of [p, p + bytes) (and the one after, for a
+ * p that is not line-aligned).  The repacked kernels read their weights
+ * as one forward stream; on the Zen 2 VMs measured (BENCHMARKS.md) the
+ * CPU's own stream prefetching left them at 5-6 GB/s where asking for the
+ * lines a few KiB ahead reads 7.5-9: each calls this once per block for
+ * the block PREFETCH_BYTES or so further on. */
+enum { PREFETCH_BYTES = 3072 };
+
+INLINE void prefetch_lines(const void *p, int bytes)
+{
+    for (int c = 0; c < bytes + 64; c += 64)
+        _mm_prefetch((const char *)p + c, _MM_HINT_T0);
+}
+
 /* Unaligned scalars inside packed blocks. */
 INLINE float load_f32(const uint8_t *p)
 {
