@@ -58,7 +58,8 @@ INLINE __m256i bcast4(const void *p)
  * as one forward stream; on the Zen 2 VMs measured (BENCHMARKS.md) the
  * CPU's own stream prefetching left them at 5-6 GB/s where asking for the
  * lines a few KiB ahead reads 7.5-9: each calls this once per block for
- * the block PREFETCH_BYTES or so further on. */
+ * the block PREFETCH_BYTES further on, or the whole blocks (at least one)
+ * that fit in that distance. */
 enum { PREFETCH_BYTES = 3072 };
 
 INLINE void prefetch_lines(const void *p, int bytes)
