@@ -35,10 +35,10 @@ enum {
     PANEL_CACHE_BYTES = 256 * 1024,   /* weight bytes of a prompt panel */
     PANELS_PER_THREAD = 4,            /* at least, when the matrix allows */
     /* One row (generation): the panels are all the work, and the last one
-     * taken decides when the product ends; with 4 per thread a thread
-     * waited for the other ~1/8 of each product on 2 threads (the output
-     * of a 128k vocabulary in 8 panels of ~35 MB, Q8_0).  Panels of one
-     * row stay tens of KiB or more, streams long enough to prefetch. */
+     * taken decides when the product ends; with 4 per thread on 2 threads
+     * a thread could wait up to one panel, 1/8 of the product (the output
+     * of a 128k vocabulary in panels of ~35 MB, Q8_0).  Panels of one row
+     * stay tens of KiB or more, streams long enough to prefetch. */
     PANELS_PER_THREAD_ONE_ROW = 16,
     LOCAL_ROW_BYTES = 32 * 1024,      /* stack buffers of the one-row path */
     LOCAL_PREP_BYTES = 40 * 1024,
