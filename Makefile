@@ -95,6 +95,12 @@ $(BUILD)/racimo: $(CLI_OBJ) $(BUILD)/libracimo.a
 $(BUILD)/racimo_tests: $(TEST_OBJ) $(BUILD)/libracimo.a
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libracimo.a $(TEST_LDLIBS) $(LDLIBS)
 
+# racimo-kernel-time: one matrix product as in the file against repacked,
+# in thread CPU time (bench/kernel_time.c; BENCHMARKS.md's kernel tables).
+$(BUILD)/racimo-kernel-time: $(BUILD)/bench/kernel_time.o $(BUILD)/libracimo.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+-include $(BUILD)/bench/kernel_time.d
+
 $(BUILD)/gen/web_embed: tools/web_embed.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -Wall -Wextra -o $@ $<
@@ -171,7 +177,8 @@ test-unit: $(BUILD)/racimo_tests $(BUILD)/racimo
 # tests (runner, base, quant, kernels).
 KTEST_SRC := tests/runner.c $(wildcard tests/test_base.c tests/test_quant.c tests/test_kernels.c \
                                         tests/test_kv_types.c tests/test_repack_q4k.c \
-                                        tests/test_repack_q8.c tests/test_membw.c tests/tile_check.c)
+                                        tests/test_repack_q8.c tests/test_repack_q6k.c tests/test_membw.c \
+                                        tests/tile_check.c)
 KLIB_SRC  := $(filter src/base/% src/tensor/%,$(LIB_SRC))
 $(BUILD)/racimo_kernel_tests: $(KTEST_SRC:%.c=$(BUILD)/%.o) $(KLIB_SRC:%.c=$(BUILD)/%.o)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm -pthread

@@ -7,7 +7,8 @@
  *     partial groups;
  *   - matmul of R8 weights equals matmul of the Q4_0 ones, fast and exact;
  *   - a model loaded with and without repacking gives identical logits
- *     (Q4_0, Q4_K, and Q8_0 with its output tied to the embedding or not);
+ *     (Q4_0, Q4_K, and Q8_0 and Q4_K_M with their outputs tied to the
+ *     embedding or not);
  *   - no GGUF file can carry the in-memory type number;
  *   - racimo bench says what it repacked.
  */
@@ -25,6 +26,7 @@
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
 #include "tensor/pool.h"
+#include "tensor/q6k_r8.h"
 #include "tensor/q8_0_r8.h"
 #include "tensor/repack.h"
 #include "tensor/types.h"
@@ -360,13 +362,13 @@ TEST_T(repack_bench_reports, 120)
     }
     snprintf(cmd, sizeof cmd, "%s bench -m %s -p 4 -n 2 -t 1 --reps 1 2>/dev/null", test_bin(), mpath);
     CHECK_INT(test_run(cmd, out, sizeof out), ==, 0);
-    CHECK(strstr(out, "matrices (Q4_0, Q4_K, Q8_0) repacked at load") != NULL);
+    CHECK(strstr(out, "matrices (Q4_0, Q4_K, Q6_K, Q8_0) repacked at load") != NULL);
 }
 
 /* Logits of `n` tokens through a whole-model stage; the model's output
- * type after loading into *out_type. */
-static void run_model_q8(const char *path, const int32_t *tok, int n, float *out, int *n_repacked,
-                      int *out_type, int *embd_type)
+ * and embedding types after loading into *out_type, *embd_type. */
+static void run_model_types(const char *path, const int32_t *tok, int n, float *out,
+                            int *n_repacked, int *out_type, int *embd_type)
 {
     model *m;
     stage *s;
@@ -380,40 +382,56 @@ static void run_model_q8(const char *path, const int32_t *tok, int n, float *out
 }
 
 /* The same logits repacked and not, for an output of its own ("tiny") and
- * one tied to the embedding ("tiny-qwen3"): the tied output is repacked
- * into a copy while the embedding keeps the file's Q8_0 rows. */
-TEST_T(repack_q8_model_logits_identical, 180)
+ * one tied to the embedding ("tiny-qwen3"), whose output is of type
+ * `out_type` in the file (`type` and `mix` as test_make_model's): the
+ * output is repacked into `packed` (the tied one into a copy) while the
+ * embedding keeps the file's rows. */
+static void output_logits_identical(int type, const char *mix, int out_type, int packed)
 {
-    if (!tensor_q8_0_r8_available())
-        SKIP("the active kernels (%s) have no Q8_0_R8 tile kernel", tensor_kernels_name());
     enum { N = 11 };
     static const char *presets[] = { "tiny", "tiny-qwen3" };
     for (size_t k = 0; k < sizeof presets / sizeof presets[0]; k++) {
-        const char *path = test_make_model(presets[k], TT_Q8_0, NULL);
+        const char *path = test_make_model(presets[k], type, mix);
         int32_t tok[N];
         for (int i = 0; i < N; i++)
             tok[i] = (int32_t)((i * 41 + 7) % 200);
         model *m;
         CHECK_OK(model_load(path, 0, -1, &m));
-        const int V = m->hp.n_vocab;
+        const int V = m->hp.n_vocab, embd_type = m->tok_embd.type;
         model_free(m);
         float *a = xmalloc(sizeof(float) * N * V), *b = xmalloc(sizeof(float) * N * V);
         int na, nb, ta, tb, ea, eb;
         setenv("RACIMO_REPACK", "0", 1);
-        run_model_q8(path, tok, N, a, &na, &ta, &ea);
+        run_model_types(path, tok, N, a, &na, &ta, &ea);
         unsetenv("RACIMO_REPACK");
-        run_model_q8(path, tok, N, b, &nb, &tb, &eb);
+        run_model_types(path, tok, N, b, &nb, &tb, &eb);
         CHECK_INT(na, ==, 0);
         CHECK_INT(nb, >, 0);
-        CHECK_INT(ta, ==, TT_Q8_0);
-        CHECK_INT(tb, ==, TT_Q8_0_R8);
-        CHECK_INT(ea, ==, TT_Q8_0);
-        CHECK_INT(eb, ==, TT_Q8_0);
+        CHECK_INT(ta, ==, out_type);
+        CHECK_INT(tb, ==, packed);
+        CHECK_INT(ea, ==, embd_type);
+        CHECK_INT(eb, ==, embd_type);
         for (int i = 0; i < N * V; i++)
             if (fp32_bits(a[i]) != fp32_bits(b[i]))
-                FAIL("%s: logit %d of token %d is %.9g repacked, %.9g not", presets[k], i % V,
-                     i / V, b[i], a[i]);
+                FAIL("%s %s: logit %d of token %d is %.9g repacked, %.9g not", presets[k],
+                     tensor_type_name(packed), i % V, i / V, b[i], a[i]);
         free(a);
         free(b);
     }
+}
+
+TEST_T(repack_q8_model_logits_identical, 180)
+{
+    if (!tensor_q8_0_r8_available())
+        SKIP("the active kernels (%s) have no Q8_0_R8 tile kernel", tensor_kernels_name());
+    output_logits_identical(TT_Q8_0, NULL, TT_Q8_0, TT_Q8_0_R8);
+}
+
+/* Q4_K_M: the output (tied or not) and a layer's attn_v and ffn_down are
+ * Q6_K, the rest Q4_K; all of them repacked. */
+TEST_T(repack_q6k_model_logits_identical, 180)
+{
+    if (!tensor_q6_k_r8_available())
+        SKIP("the active kernels (%s) have no Q6_K_R8 tile kernel", tensor_kernels_name());
+    output_logits_identical(TT_F32, "Q4_K_M", TT_Q6_K, TT_Q6_K_R8);
 }

@@ -39,24 +39,6 @@ static uint8_t *q4k_rows(rng_state *r, int n_rows, int64_t n, int extreme)
     return w;
 }
 
-/* n_x Q8_K activation rows; row 0 all of one magnitude and sign (every
- * quant -128: the largest products), the rest normal with some offset. */
-static uint8_t *q8k_rows(rng_state *r, int n_x, int64_t n)
-{
-    const size_t xb = tensor_row_bytes(TT_Q8_K, n);
-    uint8_t *xq = malloc(xb * (size_t)n_x);
-    float *x = malloc(sizeof(float) * (size_t)n);
-    if (!xq || !x)
-        abort();
-    for (int j = 0; j < n_x; j++) {
-        for (int64_t i = 0; i < n; i++)
-            x[i] = j == 0 ? 3.0f : (float)rng_normal(r) + (j % 3 == 1 ? 0.4f : 0.0f);
-        tensor_type_traits_ref(TT_Q8_K)->from_float(x, xq + (size_t)j * xb, n);
-    }
-    free(x);
-    return xq;
-}
-
 static uint8_t *repack(const uint8_t *w, int n_rows, int64_t n)
 {
     const size_t rb = tensor_row_bytes(TT_Q4_K, n);
@@ -73,18 +55,9 @@ TEST(repack_q4k_round_trip)
     rng_state r;
     rng_seed(&r, 808);
     const int64_t n = 3 * QK_K;
-    const size_t rb = tensor_row_bytes(TT_Q4_K, n);
-    uint8_t *w = q4k_rows(&r, 16, n, 5), *back = malloc(rb * 16);
-    uint8_t *g = repack(w, 16, n);
-    CHECK(memcmp(g, w, rb * 16) != 0);
-    for (int i = 0; i < 16; i++)
-        tensor_q4_k_r8_unpack_row(g + (i & ~7) * rb, i & 7, back + i * rb, n);
-    CHECK(memcmp(back, w, rb * 16) == 0);
-    /* an in-memory layout is not a file type */
-    CHECK(!tensor_type_supported(TT_Q4_K_R8));
-    CHECK_INT(tensor_row_bytes(TT_Q4_K_R8, n), ==, rb);
+    uint8_t *w = q4k_rows(&r, 16, n, 5), *g = repack(w, 16, n);
+    tile_check_layout(TT_Q4_K, TT_Q4_K_R8, w, g, n, 16);
     free(w);
-    free(back);
     free(g);
 }
 
@@ -104,7 +77,7 @@ TEST(repack_q4k_tile_bits)
             const int64_t n = ns[c];
             const int NW = nws[d];
             const size_t rb = tensor_row_bytes(TT_Q4_K, n), xb = tensor_row_bytes(TT_Q8_K, n);
-            uint8_t *w = q4k_rows(&r, NW, n, NW - 3), *xq = q8k_rows(&r, NX, n);
+            uint8_t *w = q4k_rows(&r, NW, n, NW - 3), *xq = tile_q8k_rows(&r, NX, n);
             uint8_t *g = repack(w, NW, n);
             tile_check_exact("Q4_K", a->vec_dot_tile, q4k->vec_dot, n, w, g, rb, NW, xq, xb, NX,
                              13, 11);

@@ -12,8 +12,6 @@
 #include "base/err.h"
 #include "base/rng.h"
 #include "tensor/fp16.h"
-#include "tensor/matmul.h"
-#include "tensor/pool.h"
 #include "tensor/q8_0_r8.h"
 #include "tensor/repack.h"
 #include "tensor/types.h"
@@ -70,26 +68,9 @@ TEST(repack_q8_round_trip)
     rng_state r;
     rng_seed(&r, 1808);
     const int64_t n = 5 * QK8_0;
-    const size_t rb = tensor_row_bytes(TT_Q8_0, n);
-    uint8_t *w = q8_rows(&r, 16, n, 3), *back = xmalloc(rb * 16);
-    uint8_t *g = repack(w, 16, n);
-    CHECK(memcmp(g, w, rb * 16) != 0);
-    for (int i = 0; i < 16; i++)
-        tensor_q8_0_r8_unpack_row(g + (i & ~7) * rb, i & 7, back + i * rb, n);
-    CHECK(memcmp(back, w, rb * 16) == 0);
-    /* the generic unpacking and decoding read the same rows */
-    CHECK_INT(tensor_r8_file_type(TT_Q8_0_R8), ==, TT_Q8_0);
-    float a[5 * QK8_0], b[5 * QK8_0];
-    for (int i = 0; i < 16; i++) {
-        tensor_row_to_float(TT_Q8_0_R8, g, rb, i, a, n);
-        tensor_type_traits_ref(TT_Q8_0)->to_float(w + i * rb, b, n);
-        CHECK(memcmp(a, b, sizeof a) == 0);
-    }
-    /* an in-memory layout is not a file type */
-    CHECK(!tensor_type_supported(TT_Q8_0_R8));
-    CHECK_INT(tensor_row_bytes(TT_Q8_0_R8, n), ==, rb);
+    uint8_t *w = q8_rows(&r, 16, n, 3), *g = repack(w, 16, n);
+    tile_check_layout(TT_Q8_0, TT_Q8_0_R8, w, g, n, 16);
     free(w);
-    free(back);
     free(g);
 }
 
@@ -132,40 +113,10 @@ TEST(repack_q8_matmul_equals_q8_0)
     need_q8_r8();
     rng_state r;
     rng_seed(&r, 2010);
-    thread_pool *pool = pool_new(2);
     const int64_t n = 7 * QK8_0;
     enum { NW = 48 };
-    const size_t rb = tensor_row_bytes(TT_Q8_0, n);
     uint8_t *w = q8_rows(&r, NW, n, 5), *g = repack(w, NW, n);
-    tensor W = { .data = w, .type = TT_Q8_0, .n_dims = 2, .ne = { n, NW, 1, 1 }, .row_bytes = rb,
-                 .name = "w" };
-    tensor G = W;
-    G.data = g;
-    G.type = TT_Q8_0_R8;
-    static const int batches[] = { 1, 3, 8, 19 };
-    for (size_t k = 0; k < sizeof batches / sizeof batches[0]; k++)
-        for (int mode = MATMUL_FAST; mode <= MATMUL_EXACT; mode++) {
-            const int rows = batches[k];
-            float *x = xmalloc(sizeof(float) * (size_t)(n * rows));
-            float *y0 = xmalloc(sizeof(float) * NW * rows), *y1 = xmalloc(sizeof(float) * NW * rows);
-            for (int64_t i = 0; i < n * rows; i++)
-                x[i] = (float)rng_normal(&r);
-            const size_t sb = matmul_scratch_bytes(&W, rows, mode) > matmul_scratch_bytes(&G, rows, mode)
-                                  ? matmul_scratch_bytes(&W, rows, mode)
-                                  : matmul_scratch_bytes(&G, rows, mode);
-            void *scratch = xmalloc(sb);
-            matmul(pool, &W, x, (int)n, rows, y0, NW, mode, scratch);
-            matmul(pool, &G, x, (int)n, rows, y1, NW, mode, scratch);
-            for (int i = 0; i < NW * rows; i++)
-                if (fp32_bits(y0[i]) != fp32_bits(y1[i]))
-                    FAIL("%s, %d rows: output %d is %.9g repacked, %.9g as Q8_0",
-                         mode == MATMUL_EXACT ? "exact" : "fast", rows, i, y1[i], y0[i]);
-            free(x);
-            free(y0);
-            free(y1);
-            free(scratch);
-        }
-    pool_free(pool);
+    tile_check_matmul("Q8_0", TT_Q8_0, TT_Q8_0_R8, w, g, n, NW, &r);
     free(w);
     free(g);
 }

@@ -3,6 +3,25 @@
 #include "test.h"
 
 #include "tensor/fp16.h"
+#include "tensor/matmul.h"
+#include "tensor/pool.h"
+#include "tensor/repack.h"
+
+uint8_t *tile_q8k_rows(rng_state *r, int n_x, int64_t n)
+{
+    const size_t xb = tensor_row_bytes(TT_Q8_K, n);
+    uint8_t *xq = malloc(xb * (size_t)n_x);
+    float *x = malloc(sizeof(float) * (size_t)n);
+    if (!xq || !x)
+        abort();
+    for (int j = 0; j < n_x; j++) {
+        for (int64_t i = 0; i < n; i++)
+            x[i] = j == 0 ? 3.0f : (float)rng_normal(r) + (j % 3 == 1 ? 0.4f : 0.0f);
+        tensor_type_traits_ref(TT_Q8_K)->from_float(x, xq + (size_t)j * xb, n);
+    }
+    free(x);
+    return xq;
+}
 
 void tile_check_exact(const char *type, vec_dot_tile_fn tile, vec_dot_fn dot, int64_t n,
                       const void *w, const void *packed, size_t row_bytes, int n_w,
@@ -31,4 +50,68 @@ void tile_check_exact(const char *type, vec_dot_tile_fn tile, vec_dot_fn dot, in
             }
     }
     free(y);
+}
+
+void tile_check_layout(int type, int packed_type, const void *w, const void *packed, int64_t n,
+                       int n_rows)
+{
+    const size_t rb = tensor_row_bytes(type, n);
+    const uint8_t *wb = w, *pb = packed;
+    uint8_t *back = malloc(rb);
+    float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+    CHECK(back && a && b);
+    CHECK(memcmp(packed, w, rb * (size_t)n_rows) != 0);
+    CHECK_INT(tensor_r8_file_type(packed_type), ==, type);
+    for (int i = 0; i < n_rows; i++) {
+        tensor_r8_unpack_row(packed_type, pb + (size_t)(i & ~7) * rb, i & 7, back, n);
+        if (memcmp(back, wb + (size_t)i * rb, rb))
+            FAIL("%s row %d does not unpack to its bytes", tensor_type_name(packed_type), i);
+        tensor_row_to_float(packed_type, packed, rb, i, a, n);
+        tensor_type_traits_ref(type)->to_float(wb + (size_t)i * rb, b, n);
+        if (memcmp(a, b, sizeof(float) * (size_t)n))
+            FAIL("%s row %d decodes to other floats", tensor_type_name(packed_type), i);
+    }
+    /* an in-memory layout is not a file type */
+    CHECK(!tensor_type_supported(packed_type));
+    CHECK_INT(tensor_row_bytes(packed_type, n), ==, rb);
+    free(back);
+    free(a);
+    free(b);
+}
+
+void tile_check_matmul(const char *type_name, int type, int packed_type, const void *w,
+                       const void *packed, int64_t n, int n_w, rng_state *r)
+{
+    thread_pool *pool = pool_new(2);
+    const size_t rb = tensor_row_bytes(type, n);
+    tensor W = { .data = w, .type = type, .n_dims = 2, .ne = { n, n_w, 1, 1 }, .row_bytes = rb,
+                 .name = "w" };
+    tensor G = W;
+    G.data = packed;
+    G.type = packed_type;
+    static const int batches[] = { 1, 3, 8, 19 };
+    for (size_t k = 0; k < sizeof batches / sizeof batches[0]; k++)
+        for (int mode = MATMUL_FAST; mode <= MATMUL_EXACT; mode++) {
+            const int rows = batches[k];
+            float *x = malloc(sizeof(float) * (size_t)(n * rows));
+            float *y0 = malloc(sizeof(float) * (size_t)(n_w * rows));
+            float *y1 = malloc(sizeof(float) * (size_t)(n_w * rows));
+            CHECK(x && y0 && y1);
+            for (int64_t i = 0; i < n * rows; i++)
+                x[i] = (float)rng_normal(r);
+            const size_t sw = matmul_scratch_bytes(&W, rows, mode), sg = matmul_scratch_bytes(&G, rows, mode);
+            void *scratch = malloc(sw > sg ? sw : sg ? sg : 1);
+            CHECK(scratch);
+            matmul(pool, &W, x, (int)n, rows, y0, n_w, mode, scratch);
+            matmul(pool, &G, x, (int)n, rows, y1, n_w, mode, scratch);
+            for (int i = 0; i < n_w * rows; i++)
+                if (fp32_bits(y0[i]) != fp32_bits(y1[i]))
+                    FAIL("%s, %d rows: output %d is %.9g repacked, %.9g as %s",
+                         mode == MATMUL_EXACT ? "exact" : "fast", rows, i, y1[i], y0[i], type_name);
+            free(x);
+            free(y0);
+            free(y1);
+            free(scratch);
+        }
+    pool_free(pool);
 }

@@ -417,12 +417,12 @@ int cmd_bench(int argc, char **argv)
         printf("model %s (%.1f MiB, %s, %d layers), %ld threads, depth %ld\n", name,
                (double)f->size_bytes / 1048576.0, m->hp.arch_name, m->hp.n_layer, threads, depth);
         if (m->n_repacked)
-            printf("kernels %s; %d matrices (Q4_0, Q4_K, Q8_0) repacked at load (%.1f MiB; RACIMO_REPACK=0 "
+            printf("kernels %s; %d matrices (Q4_0, Q4_K, Q6_K, Q8_0) repacked at load (%.1f MiB; RACIMO_REPACK=0 "
                    "keeps them as in the file)\n", tensor_kernels_name(), m->n_repacked,
                    (double)m->repacked_bytes / 1048576.0);
         else
             printf("kernels %s; weights as in the file (%s)\n", tensor_kernels_name(),
-                   model_repack_wanted() ? "no Q4_0, Q4_K or Q8_0 matrix to repack"
+                   model_repack_wanted() ? "no Q4_0, Q4_K, Q6_K or Q8_0 matrix to repack"
                                          : "RACIMO_REPACK=0, or kernels without a repacked layout");
         if (p > 0)
             printf("pp%-5ld %9.2f tokens/s  (min %.2f, max %.2f, %ld reps)\n", p, pp.median, pp.min,

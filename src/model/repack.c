@@ -1,6 +1,7 @@
-/* repack.c - the held Q4_0, Q4_K and Q8_0 matrices into the interleaved
- * TT_Q4_0_R8 / TT_Q4_K_R8 / TT_Q8_0_R8 layouts (tensor/repack.h,
- * tensor/q4k_r8.h, tensor/q8_0_r8.h), once at load, so the matrix products
+/* repack.c - the held Q4_0, Q4_K, Q6_K and Q8_0 matrices into the
+ * interleaved TT_Q4_0_R8 / TT_Q4_K_R8 / TT_Q6_K_R8 / TT_Q8_0_R8 layouts
+ * (tensor/repack.h, tensor/q4k_r8.h, tensor/q6k_r8.h, tensor/q8_0_r8.h),
+ * once at load, so the matrix products
  * of generation and batched decode read each group of 8 rows as one
  * stream.
  *
@@ -28,6 +29,7 @@
 #include "base/os.h"
 #include "model/shard.h"
 #include "tensor/q4k_r8.h"
+#include "tensor/q6k_r8.h"
 #include "tensor/q8_0_r8.h"
 #include "tensor/repack.h"
 #include "tensor/types.h"
@@ -41,6 +43,8 @@ static int packed_type(int type)
         return TT_Q4_K_R8;
     if (type == TT_Q8_0 && tensor_q8_0_r8_available())
         return TT_Q8_0_R8;
+    if (type == TT_Q6_K && tensor_q6_k_r8_available())
+        return TT_Q6_K_R8;
     return -1;
 }
 
@@ -50,6 +54,8 @@ static void pack(int type, const void *src, void *dst, int64_t ne0, int64_t n_ro
         tensor_q4_k_r8_pack(src, dst, ne0, n_rows);
     else if (type == TT_Q8_0)
         tensor_q8_0_r8_pack(src, dst, ne0, n_rows);
+    else if (type == TT_Q6_K)
+        tensor_q6_k_r8_pack(src, dst, ne0, n_rows);
     else
         tensor_q4_0_r8_pack(src, dst, ne0, n_rows);
 }
@@ -115,7 +121,7 @@ bool model_repack_wanted(void)
     if (env && *env && strcmp(env, "1"))
         rc_log(LOG_WARN, "RACIMO_REPACK=%s: known values are \"0\" (off) and \"1\"; repacking", env);
     return tensor_q4_0_r8_available() || tensor_q4_k_r8_available() ||
-           tensor_q8_0_r8_available();
+           tensor_q8_0_r8_available() || tensor_q6_k_r8_available();
 }
 
 /* Whether the model computes with a repacked copy of gguf tensor g (and

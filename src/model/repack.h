@@ -1,6 +1,7 @@
-/* repack.h - the model layer's load-time repacking of Q4_0, Q4_K and Q8_0
- * matrices into rows interleaved by 8 (tensor/repack.h, tensor/q4k_r8.h,
- * tensor/q8_0_r8.h); model_load_file_shard calls it. */
+/* repack.h - the model layer's load-time repacking of Q4_0, Q4_K, Q6_K and
+ * Q8_0 matrices into rows interleaved by 8 (tensor/repack.h,
+ * tensor/q4k_r8.h, tensor/q6k_r8.h, tensor/q8_0_r8.h); model_load_file_shard
+ * calls it. */
 #ifndef RC_MODEL_REPACK_H
 #define RC_MODEL_REPACK_H
 

@@ -18,6 +18,7 @@ void tensor__kernels_q4r8_avx2(tensor_traits *table, int use_vnni);   /* repacke
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_q4k_r8_avx2(tensor_traits *table);   /* Q4_K_R8 tile */
 void tensor__kernels_q8r8_avx2(tensor_traits *table);     /* Q8_0_R8 tile */
+void tensor__kernels_q6k_r8_avx2(tensor_traits *table);   /* Q6_K_R8 tile */
 void tensor__kernels_klow_avx2(tensor_traits *table);   /* Q2_K, Q3_K */
 /* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx2.c): vec_dot and vec_dot_tile. */
 void tensor__kernels_iq_avx2(tensor_traits *table);

@@ -34,6 +34,12 @@
 enum {
     PANEL_CACHE_BYTES = 256 * 1024,   /* weight bytes of a prompt panel */
     PANELS_PER_THREAD = 4,            /* at least, when the matrix allows */
+    /* One row (generation): the panels are all the work, and the last one
+     * taken decides when the product ends; with 4 per thread on 2 threads
+     * a thread could wait up to one panel, 1/8 of the product (the output
+     * of a 128k vocabulary in panels of ~35 MB, Q8_0).  Panels of one row
+     * stay tens of KiB or more, streams long enough to prefetch. */
+    PANELS_PER_THREAD_ONE_ROW = 16,
     LOCAL_ROW_BYTES = 32 * 1024,      /* stack buffers of the one-row path */
     LOCAL_PREP_BYTES = 40 * 1024,
     CONVERT_CHUNK = 4                 /* activation rows per counter step */
@@ -185,9 +191,10 @@ static void row_task(void *arg, int ith, int nth)
 }
 
 /* Rows per panel: a multiple of 8 (the tile kernels pack 8 weight rows
- * together, and a Q4_0_R8 panel must start on a group of 8), at most 64
- * and within PANEL_CACHE_BYTES for prompts, and small enough for
- * PANELS_PER_THREAD panels per thread when the matrix has the rows. */
+ * together, and an R8 panel must start on a group of 8), at most 64 and
+ * within PANEL_CACHE_BYTES for prompts, and small enough for
+ * PANELS_PER_THREAD (one row on several threads: PANELS_PER_THREAD_ONE_ROW)
+ * panels per thread when the matrix has the rows. */
 static long panel_rows(long n_out, size_t row_bytes, int n_rows, int nth)
 {
     long rows = 64;
@@ -198,7 +205,8 @@ static long panel_rows(long n_out, size_t row_bytes, int n_rows, int nth)
     } else {
         rows = n_out;
     }
-    long balance = n_out / ((long)nth * PANELS_PER_THREAD);
+    long balance = n_out / ((long)nth * (n_rows > 1 || nth == 1 ? PANELS_PER_THREAD
+                                                                 : PANELS_PER_THREAD_ONE_ROW));
     if (rows > balance)
         rows = balance;
     rows &= ~7L;

@@ -29,13 +29,7 @@
 #endif
 
 enum { R8_J = 4 };   /* activation rows per pass over a group's weights */
-
-INLINE __m256i bcast4(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm256_set1_epi32(v);
-}
+enum { PF_AHEAD = PREFETCH_BYTES / Q4K_R8_GROUP_BYTES };   /* super-blocks (simd_x86.h) */
 
 /* Byte `i` of each 32-bit lane of v as a 16-bit value in both halves of the
  * lane: the multiplier of that lane's row for VPMADDWD. */
@@ -60,7 +54,7 @@ INLINE void group_dot(int J, int64_t nb, const uint8_t *g, const uint8_t *x, siz
     UNROLL for (int j = 0; j < J; j++)
         acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, g += Q4K_R8_GROUP_BYTES) {
-        _mm_prefetch((const char *)(g + Q4K_R8_GROUP_BYTES), _MM_HINT_T0);
+        prefetch_lines(g + PF_AHEAD * Q4K_R8_GROUP_BYTES, Q4K_R8_GROUP_BYTES);
         /* the 6-bit scales and minimums of the 8 rows, lane r = row r,
          * byte s of sc_lo/sc_hi = sub-block s / s + 4 (k4_scales) */
         const __m256i w0 = _mm256_loadu_si256((const __m256i *)(g + 32));

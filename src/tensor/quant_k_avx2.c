@@ -610,13 +610,6 @@ INLINE void krepack(int kt, const uint8_t *w, size_t ws, int nr, int64_t b, kpac
         }
 }
 
-INLINE __m256i bcast4(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm256_set1_epi32(v);
-}
-
 /* The end of a super-block for rn activation rows (blocks xs bytes apart):
  * the offsets from the bsums, then the two FMAs. */
 INLINE void kfinish(int kt, int rn, const kpack *P, const uint8_t *x, size_t xs, __m256i *isum,

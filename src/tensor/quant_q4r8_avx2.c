@@ -33,13 +33,6 @@ enum { XP_BYTES = 40, XP_D = 32, XP_SUM = 36 };
  * in registers). */
 enum { RJ = 4 };
 
-INLINE __m256i bcast4(const uint8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm256_set1_epi32(v);
-}
-
 /* The end of a block for activation row j (xb: its prepared block):
  * the offset, then the float step. */
 INLINE __m256 finish(__m256i isum, __m256 dw, const uint8_t *xb, __m256 acc)
@@ -74,6 +67,7 @@ VNNI INLINE __m256i end_vnni(__m256i s) { return s; }
         const __m256i m4 = _mm256_set1_epi8(0x0f);                                         \
         for (int64_t b = 0; b < nb; b++, g += Q4_0_R8_BLOCK) {                             \
             const uint8_t *xb = x + (size_t)b * XP_BYTES;                                  \
+            prefetch_lines(g + PREFETCH_BYTES, Q4_0_R8_BLOCK);                              \
             __m256i s[RJ];                                                                 \
             UNROLL for (int j = 0; j < J; j++)                                             \
                 s[j] = _mm256_setzero_si256();                                             \

@@ -32,13 +32,6 @@
 #include "tensor/q8_0_r8.h"
 #include "tensor/simd_x86.h"
 
-INLINE __m256i bcast4(const int8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm256_set1_epi32(v);
-}
-
 /* Lane c's step for the 8 rows: the chunk at q against x's bytes 4c..4c+3. */
 #define LANE(acc, c)                                                                   \
     do {                                                                               \
@@ -56,6 +49,7 @@ INLINE __m256 group_row(int64_t nb, const uint8_t *g, const block_q8_0 *x)
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
            a7 = a0;
     for (int64_t b = 0; b < nb; b++, g += Q8_0_R8_BLOCK) {
+        prefetch_lines(g + PREFETCH_BYTES, Q8_0_R8_BLOCK);
         const block_q8_0 *xk = x + b;
         const uint8_t *q = g + 16;
         const __m256 s = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)),

@@ -54,6 +54,7 @@ static inline float tensor__e8m0_half(uint8_t e)
 extern const tensor_traits tensor__ref_q4_0_r8;   /* repack.c */
 extern const tensor_traits tensor__ref_q4_k_r8;   /* q4k_r8.c */
 extern const tensor_traits tensor__ref_q8_0_r8;   /* q8_0_r8.c */
+extern const tensor_traits tensor__ref_q6_k_r8;   /* q6k_r8.c */
 
 /* The exact-math dot of any block format: each block of weights decoded to
  * f32 by `to_float`, products summed in f32 in element order. */

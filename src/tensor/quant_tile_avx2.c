@@ -59,13 +59,6 @@ enum { XP_BYTES = 40, XP_D = 32, XP_SUM = 36 };
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-INLINE __m256i bcast4(const uint8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm256_set1_epi32(v);
-}
-
 INLINE __m256i fifth_bits32(const uint8_t *p)
 {
     uint32_t bits;

@@ -3,6 +3,7 @@
  * R8 tile kernel, so with RACIMO_KERNELS=ref nothing is repacked. */
 #include "tensor/repack.h"
 #include "tensor/q4k_r8.h"
+#include "tensor/q6k_r8.h"
 #include "tensor/q8_0_r8.h"
 
 #include <string.h>
@@ -67,7 +68,8 @@ void tensor_q4_0_r8_to_float(const void *group, int r, float *dst, int64_t ne0)
 int tensor_r8_file_type(int type)
 {
     return type == TT_Q4_0_R8 ? TT_Q4_0 : type == TT_Q4_K_R8 ? TT_Q4_K
-                                          : type == TT_Q8_0_R8 ? TT_Q8_0 : -1;
+                                          : type == TT_Q8_0_R8 ? TT_Q8_0
+                                          : type == TT_Q6_K_R8 ? TT_Q6_K : -1;
 }
 
 void tensor_r8_unpack_row(int type, const void *group, int r, void *dst, int64_t ne0)
@@ -78,6 +80,8 @@ void tensor_r8_unpack_row(int type, const void *group, int r, void *dst, int64_t
         tensor_q4_k_r8_unpack_row(group, r, dst, ne0);
     else if (type == TT_Q8_0_R8)
         tensor_q8_0_r8_unpack_row(group, r, dst, ne0);
+    else if (type == TT_Q6_K_R8)
+        tensor_q6_k_r8_unpack_row(group, r, dst, ne0);
 }
 
 void tensor_row_to_float(int type, const void *data, size_t row_bytes, int64_t o, float *dst,

@@ -48,7 +48,8 @@ void tensor_q4_0_r8_unpack_row(const void *group, int r, void *dst, int64_t ne0)
 void tensor_q4_0_r8_to_float(const void *group, int r, float *dst, int64_t ne0);
 
 /* The file type an in-memory layout interleaved by 8 rows was made from
- * (TT_Q4_0_R8: TT_Q4_0, TT_Q4_K_R8: TT_Q4_K, TT_Q8_0_R8: TT_Q8_0), or -1
+ * (TT_Q4_0_R8: TT_Q4_0, TT_Q4_K_R8: TT_Q4_K, TT_Q8_0_R8: TT_Q8_0,
+ * TT_Q6_K_R8: TT_Q6_K), or -1
  * for any other type. */
 int tensor_r8_file_type(int type);
 

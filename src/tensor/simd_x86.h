@@ -44,6 +44,30 @@ INLINE int hsum_epi32(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
+/* The 4 bytes at p (any alignment) in every 32-bit lane: the activation
+ * bytes that one multiply-add meets with 4 levels of each of 8 rows. */
+INLINE __m256i bcast4(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+/* Asks for every cache line of [p, p + bytes) (and the one after, for a
+ * p that is not line-aligned).  The repacked kernels read their weights
+ * as one forward stream; on the Zen 2 VMs measured (BENCHMARKS.md) the
+ * CPU's own stream prefetching left them at 5-6 GB/s where asking for the
+ * lines a few KiB ahead reads 7.5-9: each calls this once per block for
+ * the block PREFETCH_BYTES further on, or the whole blocks (at least one)
+ * that fit in that distance. */
+enum { PREFETCH_BYTES = 3072 };
+
+INLINE void prefetch_lines(const void *p, int bytes)
+{
+    for (int c = 0; c < bytes + 64; c += 64)
+        _mm_prefetch((const char *)p + c, _MM_HINT_T0);
+}
+
 /* Unaligned scalars inside packed blocks. */
 INLINE float load_f32(const uint8_t *p)
 {

@@ -68,6 +68,7 @@ static const tensor_traits *const ref_table[TT_COUNT] = {
     [TT_Q4_0_R8] = &tensor__ref_q4_0_r8,
     [TT_Q4_K_R8] = &tensor__ref_q4_k_r8,
     [TT_Q8_0_R8] = &tensor__ref_q8_0_r8,
+    [TT_Q6_K_R8] = &tensor__ref_q6_k_r8,
 };
 
 const tensor_traits *tensor_type_traits_ref(int type)

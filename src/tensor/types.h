@@ -65,7 +65,8 @@ enum tensor_type {
     TT_Q4_0_R8 = 40,   /* Q4_0 rows interleaved by 8 (tensor/repack.h) */
     TT_Q4_K_R8 = 41,   /* Q4_K rows interleaved by 8 (tensor/q4k_r8.h) */
     TT_Q8_0_R8 = 42,   /* Q8_0 rows interleaved by 8 (tensor/q8_0_r8.h) */
-    TT_COUNT = 43
+    TT_Q6_K_R8 = 43,   /* Q6_K rows interleaved by 8 (tensor/q6k_r8.h) */
+    TT_COUNT = 44
 };
 
 #define QK4_0 32
