@@ -38,6 +38,7 @@ typedef struct member {
     uint8_t meta_len;
     uint8_t meta[SWIM_META_MAX];
     uint64_t since_ms;              /* last state change */
+    bool announced;                 /* its JOIN was reported (swim_join's members: not yet) */
     /* suspicion (state SUSPECT) */
     uint64_t susp_start_ms;
     int n_conf;                     /* distinct confirmers besides the first */
@@ -398,15 +399,23 @@ static void apply_alive(swim *s, const uint8_t *id, uint32_t inc, const uint8_t 
         return;
     }
     member *m = find(s, id);
-    bool is_new = !m;
+    /* a member swim_join added was never announced: the first word from
+     * or about it, though of the same incarnation, is news to spread.
+     * (Both ends of a live link join each other: the end that was joined
+     * to took the joiner's push-pull for old news, and the rest of the
+     * cluster heard of the joiner only at the next push-pull, 30 s or more
+     * later - hidden while every node's metadata changed every few
+     * seconds.) */
+    bool is_new = !m || !m->announced;
     if (!m) {
         if (!(m = add_member(s, id))) return;
         m->state = SWIM_ALIVE;
         s->n_state[SWIM_ALIVE]++;
         m->since_ms = now;
-    } else if (inc <= m->inc) {
+    } else if (inc <= m->inc && !is_new) {
         return;
     }
+    m->announced = true;
     int was = m->state;
     bool meta_changed = m->meta_len != meta_len || memcmp(m->meta, meta, meta_len);
     m->inc = inc;
@@ -854,7 +863,14 @@ uint64_t swim_tick(swim *s, uint64_t now)
         if (s->n_state[SWIM_DEAD] || s->n_state[SWIM_LEFT]) reap(s, now);
         s->next_reap = now + s->cfg.period_ms;
     }
-    uint64_t next = min_u64(s->next_probe, min_u64(s->next_gossip, s->next_dead_probe));
+    /* a timer is due only when it has work: gossip with updates queued,
+     * dead probes with dead members.  An idle member otherwise woke its
+     * host 5 + 8 times a second for nothing; updates queued later (a packet,
+     * swim_suspect, swim_set_meta) go out at the host's next swim_tick, which
+     * it calls after each of those (swim.h) */
+    uint64_t next = s->next_probe;
+    if (s->n_bcast) next = min_u64(next, s->next_gossip);
+    if (s->n_state[SWIM_DEAD]) next = min_u64(next, s->next_dead_probe);
     if (now < s->heal_until) next = min_u64(next, s->next_heal_pp);
     /* the probe timeout matters only while no ack came and no indirect
      * probe went out: once acked, a time already past would wake the host
