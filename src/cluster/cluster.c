@@ -331,7 +331,7 @@ void cl__on_established(struct cluster *c, cl_conn *k)
         /* Both ends apply the same rule to two simultaneous links, so they
          * keep the same one: the link dialled by the smaller node id.  A
          * link already silent is stale (the peer restarted): the new wins. */
-        bool old_fresh = cl__since(now, old->last_rx_ns) < 2ull * (uint64_t)c->cfg.heartbeat_ms * MS;
+        bool old_fresh = cl__since(now, old->last_rx_ns) < 2 * cl__heartbeat_ns(c);
         const uint8_t *d_new = k->role == WIRE_DIALER ? self->id : n->id;
         const uint8_t *d_old = old->role == WIRE_DIALER ? self->id : n->id;
         bool keep_new = !old_fresh || memcmp(d_new, d_old, WIRE_ID_BYTES) < 0;

@@ -263,6 +263,14 @@ struct cluster {
     cl_rotation rot;
 };
 
+/* The links' heartbeat.  With SWIM twice --heartbeat (1 s by default):
+ * SWIM detects failures, a silent link is only evidence, and the pings of
+ * 8 neighbour links were half of what an idle node still did. */
+static inline uint64_t cl__heartbeat_ns(const struct cluster *c)
+{
+    return (uint64_t)c->cfg.heartbeat_ms * 1000000ull * (c->swim ? 2 : 1);
+}
+
 /* now - t, or 0 when t is later (stamps taken after `now` was read) */
 static inline uint64_t cl__since(uint64_t now, uint64_t t) { return now > t ? now - t : 0; }
 

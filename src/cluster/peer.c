@@ -524,7 +524,7 @@ cl_conn *cl__conn_dial(struct cluster *c, const char *host, int port, bool old_k
 
 /* ---- the periodic part ---- */
 
-/* Heartbeats: the dialler pings every heartbeat_ms and the listener
+/* Heartbeats: the dialler pings every heartbeat (cl__heartbeat_ns) and the listener
  * answers; the listener pings only when the dialler's pings stopped for
  * half of --down-after (a dialler of an older version pinged both ways,
  * and still does), and every RTT_EVERY_NS to keep its own round-trip
@@ -538,7 +538,7 @@ cl_conn *cl__conn_dial(struct cluster *c, const char *host, int port, bool old_k
 static uint64_t ping_due(const cl_conn *k)
 {
     const struct cluster *c = k->c;
-    uint64_t hb = (uint64_t)c->cfg.heartbeat_ms * MS, at = k->last_ping_ns + hb;
+    uint64_t hb = cl__heartbeat_ns(c), at = k->last_ping_ns + hb;
     if (k->role == WIRE_DIALER || !k->ping_seq)
         return at;                      /* the listener's first: its round trip at once */
     uint64_t quiet = k->last_rx_ns + (uint64_t)c->cfg.down_after_ms * MS / 2,
@@ -589,7 +589,7 @@ void cl__conn_tick(cl_conn *k, uint64_t now)
             cl__swim_suspect(c, id);   /* evidence for SWIM (with --swim) */
         return;
     }
-    if (now + (uint64_t)c->cfg.heartbeat_ms * MS / 4 >= ping_due(k)) {
+    if (now + cl__heartbeat_ns(c) / 4 >= ping_due(k)) {
         uint8_t p[16];
         wire_put64(p, ++k->ping_seq);
         wire_put64(p + 8, now);
