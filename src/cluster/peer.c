@@ -27,6 +27,7 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
@@ -524,6 +525,16 @@ cl_conn *cl__conn_dial(struct cluster *c, const char *host, int port, bool old_k
 
 /* ---- the periodic part ---- */
 
+/* Bytes from the peer waiting to be read here: a node starved of CPU (64
+ * nodes starting on 2 cores) ran its tick before its reads and took its
+ * own slowness for the peer's silence, closing links that were fine. */
+static bool unread(cl_conn *k)
+{
+    int n = 0;
+    return evbuffer_get_length(bufferevent_get_input(k->bev)) > 0 ||
+           (ioctl(bufferevent_getfd(k->bev), FIONREAD, &n) == 0 && n > 0);
+}
+
 /* Heartbeats: the dialler pings every heartbeat (cl__heartbeat_ns) and the listener
  * answers; the listener pings only when the dialler's pings stopped for
  * half of --down-after (a dialler of an older version pinged both ways,
@@ -576,6 +587,8 @@ void cl__conn_tick(cl_conn *k, uint64_t now)
         }
         return;
     }
+    if (cl__since(now, k->last_rx_ns) > (uint64_t)c->cfg.down_after_ms * MS && unread(k))
+        k->last_rx_ns = now;    /* the peer spoke; this node is slow to read it */
     if (cl__since(now, k->last_rx_ns) > (uint64_t)c->cfg.down_after_ms * MS) {
         char why[96];
         snprintf(why, sizeof why, "silent for %llu ms (limit %d ms)",

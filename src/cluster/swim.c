@@ -928,6 +928,10 @@ void swim_free(swim *s)
 int swim_join(swim *s, const uint8_t *id, uint64_t now)
 {
     if (!memcmp(id, s->self->id, SWIM_ID_BYTES)) return rc_fail(RC_EINVAL, "joining this node itself");
+    /* a node that knows nobody yet also spreads its own alive news, to the
+     * members it learns from the first reply: what the member joined to
+     * broadcasts may be used up before later joiners are in its table */
+    if (s->n_state[SWIM_ALIVE] + s->n_state[SWIM_SUSPECT] <= 1) bcast(s, s->self, U_ALIVE, NULL);
     if (!find(s, id)) {
         member *m = add_member(s, id);
         if (!m) return RC_ENOMEM;
