@@ -46,6 +46,10 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# bash runs a trap only once the foreground command ends: the pauses run in
+# the background and are waited for (wait returns at once on a signal), so
+# SIGTERM stops the run within a poll, not after the 10 s pause
+pause() { sleep "$1" & wait $!; }
 
 now_ms() { date +%s%3N; }
 http() { echo $((PB + $1)); }
@@ -63,7 +67,7 @@ start() {  # I [env...]
 listening() { grep -qs "listening on" "$T/n$1.log"; }
 wait_for() {  # SECONDS CMD...
   local end=$(( $(now_ms) + $1 * 1000 )); shift
-  until "$@"; do [ "$(now_ms)" -gt "$end" ] && return 1; sleep 0.2; done
+  until "$@"; do [ "$(now_ms)" -gt "$end" ] && return 1; pause 0.2; done
 }
 cpu_ticks() {  # utime + stime of node I
   awk '{ print $14 + $15 }' "/proc/${pids[$1]}/stat" 2>/dev/null || echo 0
@@ -115,7 +119,7 @@ for i in $(seq 1 "$N"); do c0[$i]=$(cpu_ticks "$i"); done
 w0=$(now_ms)
 short=0 samples=0
 while [ $(( $(now_ms) - w0 )) -lt $(( WATCH * 1000 )) ]; do
-  sleep 10
+  pause 10
   k=$(ups); samples=$((samples + 1))
   [ "$k" != "$N" ] && { short=$((short + 1)); echo "  at $(( ($(now_ms) - w0) / 1000 )) s: $k of $N nodes see all up"; }
 done

@@ -84,7 +84,7 @@ static void usage(FILE *f)
         "                          8 neighbours and on demand, no full mesh (for large\n"
         "                          clusters; give it to every node or none)\n"
         "  --down-after MS         a node silent this long is marked down (default 3000)\n"
-        "  --heartbeat MS          heartbeat interval (default 500)\n"
+        "  --heartbeat MS          heartbeat interval (default 500; twice it with --swim)\n"
         "  --max-memory SIZE       most memory this node offers to placement (e.g. 8G, 512M,\n"
         "                          1.5GiB; default: all its free memory)\n"
         "  --min-nodes N           split every model across at least N nodes (pipeline;\n"
