@@ -473,3 +473,37 @@ TEST(swim_join_both_ways_spreads)
     CHECK_INT(swim_state_of(quad[1], id[2]), ==, SWIM_ALIVE);
     for (int i = 0; i < 4; i++) swim_free(quad[i]);
 }
+
+/* A member known only from swim_join (no metadata yet) travels in a
+ * push-pull; the receiver then takes the metadata from the member's own
+ * news of the same incarnation (else the live node never learnt where the
+ * member is: nothing newer came while its metadata stayed the same). */
+TEST(swim_placeholder_gets_metadata)
+{
+    swim_config cfg;
+    swim_config_default(&cfg);
+    uint8_t id[3][SWIM_ID_BYTES] = { { 1 }, { 2 }, { 3 } }, meta[8] = "digest";
+    pair_n = 0;
+    for (int i = 0; i < 3; i++) {
+        swim_io io = { quad_send, NULL, &quad_idx[i] };
+        CHECK(quad[i] = swim_new(&cfg, &io, id[i], meta, sizeof meta, 20 + (uint64_t)i, 0));
+    }
+    CHECK_OK(swim_join(quad[1], id[2], 0));      /* b: x, without metadata */
+    pair_n = 0;                                  /* x never hears of it */
+    CHECK_OK(swim_join(quad[1], id[0], 0));      /* b's table, x in it, to a */
+    for (int k = 0; k < pair_n; k++) swim_recv(quad[pair_q[k].to - 1], pair_q[k].buf, pair_q[k].len, 0);
+    pair_n = 0;
+    CHECK_INT(swim_state_of(quad[0], id[2]), ==, SWIM_ALIVE);
+    CHECK_OK(swim_join(quad[2], id[0], 10));     /* x's own table, itself in it, to a */
+    for (int k = 0; k < pair_n; k++)
+        if (pair_q[k].to == 1) swim_recv(quad[0], pair_q[k].buf, pair_q[k].len, 10);
+    pair_n = 0;
+    size_t meta_len = 0;
+    for (size_t i = 0; i < swim_n_members(quad[0]); i++) {
+        swim_member_view v;
+        if (!swim_member_at(quad[0], i, &v) && !memcmp(v.id, id[2], SWIM_ID_BYTES))
+            meta_len = v.meta_len;
+    }
+    CHECK_INT(meta_len, ==, sizeof meta);
+    for (int i = 0; i < 3; i++) swim_free(quad[i]);
+}

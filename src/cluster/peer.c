@@ -525,14 +525,15 @@ cl_conn *cl__conn_dial(struct cluster *c, const char *host, int port, bool old_k
 
 /* ---- the periodic part ---- */
 
-/* Bytes from the peer waiting to be read here: a node starved of CPU (64
- * nodes starting on 2 cores) ran its tick before its reads and took its
- * own slowness for the peer's silence, closing links that were fine. */
+/* Bytes from the peer waiting in the socket, not read yet: a node starved
+ * of CPU (64 nodes starting on 2 cores) ran its tick before its reads and
+ * took its own slowness for the peer's silence, closing links that were
+ * fine.  Only the socket counts: part of a record already read is no sign
+ * of life (a peer that sends half a record and stops is silent). */
 static bool unread(cl_conn *k)
 {
     int n = 0;
-    return evbuffer_get_length(bufferevent_get_input(k->bev)) > 0 ||
-           (ioctl(bufferevent_getfd(k->bev), FIONREAD, &n) == 0 && n > 0);
+    return ioctl(bufferevent_getfd(k->bev), FIONREAD, &n) == 0 && n > 0;
 }
 
 /* Heartbeats: the dialler pings every heartbeat (cl__heartbeat_ns) and the listener
@@ -587,9 +588,9 @@ void cl__conn_tick(cl_conn *k, uint64_t now)
         }
         return;
     }
-    if (cl__since(now, k->last_rx_ns) > (uint64_t)c->cfg.down_after_ms * MS && unread(k))
-        k->last_rx_ns = now;    /* the peer spoke; this node is slow to read it */
-    if (cl__since(now, k->last_rx_ns) > (uint64_t)c->cfg.down_after_ms * MS) {
+    /* the peer spoke and this node is slow to read it: looked at again at
+     * the next tick, once read (last_rx_ns moves only with whole records) */
+    if (cl__since(now, k->last_rx_ns) > (uint64_t)c->cfg.down_after_ms * MS && !unread(k)) {
         char why[96];
         snprintf(why, sizeof why, "silent for %llu ms (limit %d ms)",
                  (unsigned long long)((cl__since(now, k->last_rx_ns)) / MS), c->cfg.down_after_ms);

@@ -259,7 +259,11 @@ static size_t fill_updates(swim *s, uint8_t *p, size_t room, int *n_out)
 {
     size_t used = 0;
     int n = 0;
-    int limit = s->cfg.retransmit_mult * (int)log10_ceil(s->n + 1);
+    /* at least 2 x retransmit_mult times: with 4 sends each, in a cluster
+     * of a few nodes one of them missed a join about once in ten starts of
+     * 6 nodes and heard of it only at the next push-pull (15-45 s) */
+    size_t lg = log10_ceil(s->n + 1);
+    int limit = s->cfg.retransmit_mult * (int)(lg < 2 ? 2 : lg);
     if (limit >= MAX_LEVELS) limit = MAX_LEVELS - 1;
     member *picked[64];
     int n_picked = 0, misses = 0;
@@ -407,12 +411,17 @@ static void apply_alive(swim *s, const uint8_t *id, uint32_t inc, const uint8_t 
      * later - hidden while every node's metadata changed every few
      * seconds.) */
     bool is_new = !m || !m->announced;
+    /* and a member known without metadata (a placeholder that travelled in
+     * a push-pull) takes it from the first news that has it: else the host
+     * never learnt where the member is, and nothing newer came while the
+     * member's metadata stayed the same */
+    bool fills = m && !m->meta_len && meta_len && inc == m->inc;
     if (!m) {
         if (!(m = add_member(s, id))) return;
         m->state = SWIM_ALIVE;
         s->n_state[SWIM_ALIVE]++;
         m->since_ms = now;
-    } else if (inc <= m->inc && !is_new) {
+    } else if (inc <= m->inc && !is_new && !fills) {
         return;
     }
     m->announced = true;
