@@ -10,7 +10,8 @@
 #   WATCH_S  seconds watched once converged (default 300)
 #   --mesh   the nodes run with --mesh (the full mesh), to compare
 # RACIMO_BIN overrides build/rel/racimo.  Nodes listen on 127.0.0.1, HTTP
-# ports 18001.., cluster ports 19001.. (TCP, and UDP for SWIM); node 1 is
+# ports 18001.., cluster ports 19001.. (TCP, and UDP for SWIM; PORT_BASE=P
+# moves them to P+1.. and P+1001.., for two runs side by side); node 1 is
 # every other node's --peer.  Prints one line per result and keeps the
 # nodes' logs in build/swim-scale/.
 set -u
@@ -22,6 +23,7 @@ MODE=swim
 BIN=$(realpath "${RACIMO_BIN:-build/rel/racimo}")
 LOGS=build/swim-scale
 HZ=$(getconf CLK_TCK)
+PB=${PORT_BASE:-18000}
 command -v jq >/dev/null && command -v curl >/dev/null || { echo "needs jq and curl"; exit 1; }
 [ -x "$BIN" ] || { echo "$BIN not built"; exit 1; }
 
@@ -44,24 +46,28 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# bash runs a trap only once the foreground command ends: the pauses run in
+# the background and are waited for (wait returns at once on a signal), so
+# SIGTERM stops the run within a poll, not after the 10 s pause
+pause() { sleep "$1" & wait $!; }
 
 now_ms() { date +%s%3N; }
-http() { echo $((18000 + $1)); }
+http() { echo $((PB + $1)); }
 view() { curl -s --max-time 5 "http://127.0.0.1:$(http "$1")/v1/cluster?summary=1"; }
 start() {  # I [env...]
   local i=$1; shift
   mkdir -p "$T/n$i"
   [ "$i" -gt 1 ] && cp "$T/n1/bench.json" "$T/n$i/" 2>/dev/null
-  env "$@" "$BIN" serve --host 127.0.0.1 --port "$(http "$i")" --cluster-port $((19000 + i)) \
+  env "$@" "$BIN" serve --host 127.0.0.1 --port "$(http "$i")" --cluster-port $((PB + 1000 + i)) \
     --state-dir "$T/n$i" --name "n$i" --no-access-log -t 1 \
-    $([ "$MODE" = mesh ] && echo --mesh) $([ "$i" -gt 1 ] && echo --peer 127.0.0.1:19001) \
+    $([ "$MODE" = mesh ] && echo --mesh) $([ "$i" -gt 1 ] && echo --peer 127.0.0.1:$((PB + 1001))) \
     >"$T/n$i.log" 2>&1 &
   pids[$i]=$!
 }
-listening() { grep -q "listening on" "$T/n$1.log"; }
+listening() { grep -qs "listening on" "$T/n$1.log"; }
 wait_for() {  # SECONDS CMD...
   local end=$(( $(now_ms) + $1 * 1000 )); shift
-  until "$@"; do [ "$(now_ms)" -gt "$end" ] && return 1; sleep 0.2; done
+  until "$@"; do [ "$(now_ms)" -gt "$end" ] && return 1; pause 0.2; done
 }
 cpu_ticks() {  # utime + stime of node I
   awk '{ print $14 + $15 }' "/proc/${pids[$1]}/stat" 2>/dev/null || echo 0
@@ -113,7 +119,7 @@ for i in $(seq 1 "$N"); do c0[$i]=$(cpu_ticks "$i"); done
 w0=$(now_ms)
 short=0 samples=0
 while [ $(( $(now_ms) - w0 )) -lt $(( WATCH * 1000 )) ]; do
-  sleep 10
+  pause 10
   k=$(ups); samples=$((samples + 1))
   [ "$k" != "$N" ] && { short=$((short + 1)); echo "  at $(( ($(now_ms) - w0) / 1000 )) s: $k of $N nodes see all up"; }
 done

@@ -214,6 +214,7 @@ static void step(simnet *net)
         if (to->s && !cut(net, p.to, p.from)) {
             net->now = p.at > net->now ? p.at : net->now;
             swim_recv(to->s, p.data, p.len, net->now);
+            to->next_tick = net->now;    /* as the live host: a tick after each packet */
         }
         free(p.data);
     }

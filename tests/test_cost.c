@@ -113,6 +113,16 @@ TEST(cost_rapl_meter)
     CHECK(power_meter_sample(&m, 1 * S) < 0);
     CHECK(power_meter_sample(&m, 2 * S) < 0);
     mkdir(root, 0755);
+    write_num(root, "intel-rapl:0", "energy_uj", 1000000);
+    write_num(root, "intel-rapl:0", "max_energy_range_uj", 262143328850ull);
+    /* counters that appear are looked for only POWER_RETRY_S after the
+     * failed reading: until then nothing is read (else this would be the
+     * first reading, and the next one a measure) */
+    CHECK(power_meter_sample(&m, 30 * S) < 0);
+    CHECK(power_meter_sample(&m, 31 * S) < 0);
+    CHECK(power_meter_sample(&m, (1 + POWER_RETRY_S) * S) < 0);   /* the first reading */
+    write_num(root, "intel-rapl:0", "energy_uj", 11000000);
+    CHECK_NEAR(power_meter_sample(&m, (3 + POWER_RETRY_S) * S), 5, 1e-9);
     /* two packages and a subzone (part of package 0: not added) */
     write_num(root, "intel-rapl:0", "energy_uj", 1000000);
     write_num(root, "intel-rapl:0", "max_energy_range_uj", 262143328850ull);

@@ -420,3 +420,90 @@ TEST(swim_suspect_from_outside)
     swim_free(s[0]);
     swim_free(s[1]);
 }
+
+/* Four machines as in the live node: a machine sends only to members it
+ * knows (it has no address for others), packets are delivered at once. */
+static swim *quad[4];
+static int quad_idx[4] = { 0, 1, 2, 3 };
+static void quad_send(void *ctx, const uint8_t *to, const uint8_t *buf, size_t len, bool reliable)
+{
+    if (swim_state_of(quad[*(int *)ctx], to) >= 0)
+        pair_send(NULL, to, buf, len, reliable);
+}
+
+static void quad_run(uint64_t t, uint64_t end)
+{
+    for (; t < end; t += 10) {
+        for (int i = 0; i < 4; i++) swim_tick(quad[i], t);
+        for (int k = 0; k < pair_n; k++) swim_recv(quad[pair_q[k].to - 1], pair_q[k].buf, pair_q[k].len, t);
+        pair_n = 0;
+    }
+}
+
+/* A link joins both of its ends to each other (cluster.c): the member the
+ * joiner linked to still spreads the news, so a third member hears of the
+ * joiner within a few periods, not at the next push-pull (30 s or more;
+ * made 10 minutes here).  b already knows d, so it is not a node that
+ * knows nobody (such a node announces itself): only a's news of b can
+ * reach c. */
+TEST(swim_join_both_ways_spreads)
+{
+    swim_config cfg;
+    swim_config_default(&cfg);
+    cfg.pushpull_ms = 600000;
+    uint8_t id[4][SWIM_ID_BYTES] = { { 1 }, { 2 }, { 3 }, { 4 } }, meta[8] = "digest";
+    pair_n = 0;
+    for (int i = 0; i < 4; i++) {
+        swim_io io = { quad_send, NULL, &quad_idx[i] };
+        CHECK(quad[i] = swim_new(&cfg, &io, id[i], meta, sizeof meta, 10 + (uint64_t)i, 0));
+    }
+    /* a with c, b with d, settled */
+    CHECK_OK(swim_join(quad[2], id[0], 0));
+    CHECK_OK(swim_join(quad[0], id[2], 0));
+    CHECK_OK(swim_join(quad[1], id[3], 0));
+    CHECK_OK(swim_join(quad[3], id[1], 0));
+    quad_run(0, 5000);
+    CHECK_INT(swim_state_of(quad[2], id[0]), ==, SWIM_ALIVE);
+    CHECK_INT(swim_state_of(quad[2], id[1]), <, 0);
+    /* b links to a: both ends join */
+    CHECK_OK(swim_join(quad[1], id[0], 5000));
+    CHECK_OK(swim_join(quad[0], id[1], 5000));
+    quad_run(5000, 8000);
+    CHECK_INT(swim_state_of(quad[2], id[1]), ==, SWIM_ALIVE);
+    CHECK_INT(swim_state_of(quad[1], id[2]), ==, SWIM_ALIVE);
+    for (int i = 0; i < 4; i++) swim_free(quad[i]);
+}
+
+/* A member known only from swim_join (no metadata yet) travels in a
+ * push-pull; the receiver then takes the metadata from the member's own
+ * news of the same incarnation (else the live node never learnt where the
+ * member is: nothing newer came while its metadata stayed the same). */
+TEST(swim_placeholder_gets_metadata)
+{
+    swim_config cfg;
+    swim_config_default(&cfg);
+    uint8_t id[3][SWIM_ID_BYTES] = { { 1 }, { 2 }, { 3 } }, meta[8] = "digest";
+    pair_n = 0;
+    for (int i = 0; i < 3; i++) {
+        swim_io io = { quad_send, NULL, &quad_idx[i] };
+        CHECK(quad[i] = swim_new(&cfg, &io, id[i], meta, sizeof meta, 20 + (uint64_t)i, 0));
+    }
+    CHECK_OK(swim_join(quad[1], id[2], 0));      /* b: x, without metadata */
+    pair_n = 0;                                  /* x never hears of it */
+    CHECK_OK(swim_join(quad[1], id[0], 0));      /* b's table, x in it, to a */
+    for (int k = 0; k < pair_n; k++) swim_recv(quad[pair_q[k].to - 1], pair_q[k].buf, pair_q[k].len, 0);
+    pair_n = 0;
+    CHECK_INT(swim_state_of(quad[0], id[2]), ==, SWIM_ALIVE);
+    CHECK_OK(swim_join(quad[2], id[0], 10));     /* x's own table, itself in it, to a */
+    for (int k = 0; k < pair_n; k++)
+        if (pair_q[k].to == 1) swim_recv(quad[0], pair_q[k].buf, pair_q[k].len, 10);
+    pair_n = 0;
+    size_t meta_len = 0;
+    for (size_t i = 0; i < swim_n_members(quad[0]); i++) {
+        swim_member_view v;
+        if (!swim_member_at(quad[0], i, &v) && !memcmp(v.id, id[2], SWIM_ID_BYTES))
+            meta_len = v.meta_len;
+    }
+    CHECK_INT(meta_len, ==, sizeof meta);
+    for (int i = 0; i < 3; i++) swim_free(quad[i]);
+}

@@ -1052,7 +1052,13 @@ bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, cons
         evhttp_connection_set_closecb(o->evcon, out_close, o);
     o->next = fs->outs;
     fs->outs = o;
+    srv_tick_soon(s);
     return true;
+}
+
+bool fwd_busy(const api_server *s)
+{
+    return s->fwd && (s->fwd->outs || s->fwd->ins);
 }
 
 void fwd_tick(api_server *s)

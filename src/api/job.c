@@ -568,6 +568,7 @@ void job_run(api_server *s, struct evhttp_request *req, const char *path, const 
     if (s->jobs)
         s->jobs->prev = j;
     s->jobs = j;
+    srv_tick_soon(s);
     j->evcon = evhttp_request_get_connection(req);
     if (j->evcon) {
         const char *addr = NULL;

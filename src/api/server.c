@@ -17,6 +17,7 @@
 #include "cluster_query.h"
 #include "tls.h"
 #include "base/err.h"
+#include "base/evbase.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/os.h"
@@ -752,6 +753,27 @@ static void mail_cb(evutil_socket_t fd, short what, void *arg)
     job_drain(arg);
 }
 
+/* The tick: every TICK_BUSY_MS while requests or forwards are open (a
+ * client that left is noticed within that), else every TICK_IDLE_MS (the
+ * power reading, idle unloads and retries are second-scale anyway): an
+ * idle server wakes once a second, not ten times. */
+#define TICK_BUSY_MS 100
+#define TICK_IDLE_MS 1000
+
+static void arm_tick(api_server *s, bool busy)
+{
+    int ms = busy ? TICK_BUSY_MS : TICK_IDLE_MS;
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+    s->tick_busy = busy;
+    event_add(s->tick_ev, &tv);
+}
+
+void srv_tick_soon(api_server *s)
+{
+    if (s->tick_ev && !s->tick_busy)
+        arm_tick(s, true);
+}
+
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd; (void)what;
@@ -762,6 +784,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     srv_power_tick(s);
     registry_unload_idle(s->reg, s->cfg.idle_unload_s);
     registry_retry_lost(s->reg);
+    arm_tick(s, s->jobs || fwd_busy(s));
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
@@ -822,9 +845,9 @@ int api_server_new(const api_config *cfg, api_server **out)
     s->id_state = s->t_start_ns ^ ((uint64_t)getpid() << 32);
     pthread_mutex_init(&s->mail_mu, NULL);
     int rc = 0;
-    if (!(s->base = event_base_new()) ||
+    if (!(s->base = rc_event_base_new()) ||
         !(s->mail_ev = event_new(s->base, -1, 0, mail_cb, s)) ||
-        !(s->tick_ev = event_new(s->base, -1, EV_PERSIST, tick_cb, s)) || metrics_new(&s->metrics)) {
+        !(s->tick_ev = event_new(s->base, -1, 0, tick_cb, s)) || metrics_new(&s->metrics)) {
         rc = rc_fail(RC_ENOMEM, "cannot set up the event loop");
         goto fail;
     }
@@ -861,8 +884,7 @@ int api_server_new(const api_config *cfg, api_server **out)
     };
     if ((rc = registry_new(&rcfg, job_models_changed, s, &s->reg)) || (rc = fwd_attach(s)))
         goto fail;
-    struct timeval tick = { 0, 100 * 1000 };
-    event_add(s->tick_ev, &tick);
+    arm_tick(s, true);
     if (cfg->handle_signals) {
         s->sig_ev[0] = evsignal_new(s->base, SIGINT, signal_cb, s);
         s->sig_ev[1] = evsignal_new(s->base, SIGTERM, signal_cb, s);

@@ -61,6 +61,7 @@ struct api_server {
     struct ssl_ctx_st *tls;         /* --tls-cert/--tls-key, or NULL */
     struct event *mail_ev;          /* woken by engine and loader threads */
     struct event *tick_ev;          /* checks idle clients for disconnects */
+    bool tick_busy;                 /* tick_ev armed at the busy pace (srv_tick_soon) */
     struct event *sig_ev[2];
     api_registry *reg;
     api_metrics *metrics;
@@ -228,6 +229,9 @@ void job_run(api_server *s, struct evhttp_request *req, const char *path, const 
              const char *client, api_request *ar, const job_ops *ops);
 void job_drain(api_server *s);          /* mailbox -> clients (mail_ev callback) */
 void job_tick(api_server *s);           /* disconnect checks (tick_ev callback) */
+/* The tick runs every 100 ms while requests or forwards are open, else once
+ * a second: who opens one calls this (API thread). */
+void srv_tick_soon(api_server *s);
 void job_shutdown(api_server *s);       /* frees every job; engines already stopped */
 void job_models_changed(void *srv);     /* registry callback (loader thread) */
 /* The token's text for logprobs (special tokens as text). */
@@ -271,6 +275,7 @@ const char *fwd_key_id(struct evhttp_request *req);
 bool fwd_route(api_server *s, struct evhttp_request *req, const char *path, const char *name,
                const char *body, size_t len, const char *key_id);
 void fwd_tick(api_server *s);           /* clients gone, forwards ended */
+bool fwd_busy(const api_server *s);     /* forwards open: the tick at its busy pace */
 
 /* ---- writer.c ---- */
 /* Whether the client closed its socket while its request computes (libevent

@@ -67,8 +67,11 @@ static bool read_counters(const char *root, uint64_t *uj, uint64_t *range)
 double power_meter_sample(power_meter *m, uint64_t now_ns)
 {
     uint64_t uj, range;
+    if (now_ns < m->retry_ns)
+        return m->watts = -1;
     if (!read_counters(m->root, &uj, &range)) {
         m->have = false;
+        m->retry_ns = now_ns + POWER_RETRY_S * 1000000000ull;
         return m->watts = -1;
     }
     double w = -1;

@@ -17,6 +17,7 @@ typedef struct {
     uint64_t range_uj;       /* where the sum wraps to 0 (sum of max_energy_range_uj) */
     uint64_t last_ns;
     double watts;            /* the last measure, < 0 until there is one */
+    uint64_t retry_ns;       /* no counters: not looked for again before then */
 } power_meter;
 
 /* root: the powercap folder (NULL: /sys/class/powercap; tests give another). */
@@ -27,7 +28,10 @@ void power_meter_init(power_meter *m, const char *root);
  * second reading on, returns the mean power in W since the previous one (a
  * counter that wrapped is counted across its range); < 0 while there is
  * nothing to measure (no readable counter, first reading, no time passed).
+ * Without readable counters the folder is looked at again only after
+ * POWER_RETRY_S (a VM has none: no folder scan every second for nothing).
  * Not thread safe: one meter per thread. */
+#define POWER_RETRY_S 60
 double power_meter_sample(power_meter *m, uint64_t now_ns);
 
 #endif

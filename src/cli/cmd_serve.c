@@ -87,7 +87,7 @@ static void usage(FILE *f)
         "                          up/down and links exist only with 8 neighbours and on\n"
         "                          demand.  --swim (the default) is still accepted\n"
         "  --down-after MS         a node silent this long is marked down (default 3000)\n"
-        "  --heartbeat MS          heartbeat interval (default 500)\n"
+        "  --heartbeat MS          heartbeat interval (default 500; twice it with --swim)\n"
         "  --max-memory SIZE       most memory this node offers to placement (e.g. 8G, 512M,\n"
         "                          1.5GiB; default: all its free memory)\n"
         "  --min-nodes N           split every model across at least N nodes (pipeline;\n"

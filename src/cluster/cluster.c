@@ -1,9 +1,12 @@
 /* cluster.c - the cluster's life cycle, thread and view.
  *
  * The thread runs one libevent loop: the listening socket, the mDNS socket,
- * each peer's connection, and a tick every TICK_MS that sends heartbeats
- * and probes, notices silent peers, dials nodes that are down, and
- * publishes this node's STATE.
+ * each peer's connection, and a tick that sends heartbeats and probes,
+ * notices silent peers, dials nodes that are down, and publishes this
+ * node's STATE.  The tick runs every TICK_MS while something is under way
+ * (a handshake, a dial, a transfer) and otherwise sleeps until the next
+ * thing due - a heartbeat, a silence limit, a dial - at most IDLE_TICK_MS
+ * (next_tick): an idle node wakes a few times a second, not ten.
  *
  * Membership.  A node is known once met by any means (mDNS, static peer,
  * another node's STATE, peers.json) and forgotten after forget_after_ms
@@ -25,6 +28,7 @@
 #include "cluster/exports.h"
 
 #include "base/err.h"
+#include "base/evbase.h"
 #include "model/gguf.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -47,6 +51,8 @@
 #include <event2/thread.h>
 
 #define TICK_MS        100
+#define IDLE_TICK_MS   1000        /* the longest the tick sleeps */
+#define STATE_EVERY_MS 10000       /* STATE unchanged is sent again after this */
 #define MS             1000000ull
 #define MAX_HANDSHAKES 64          /* accepted connections in handshake, in all */
 #define STRANGER_HANDSHAKES 48     /* of which from addresses of no member */
@@ -326,7 +332,7 @@ void cl__on_established(struct cluster *c, cl_conn *k)
         /* Both ends apply the same rule to two simultaneous links, so they
          * keep the same one: the link dialled by the smaller node id.  A
          * link already silent is stale (the peer restarted): the new wins. */
-        bool old_fresh = cl__since(now, old->last_rx_ns) < 2ull * (uint64_t)c->cfg.heartbeat_ms * MS;
+        bool old_fresh = cl__since(now, old->last_rx_ns) < 2 * cl__heartbeat_ns(c);
         const uint8_t *d_new = k->role == WIRE_DIALER ? self->id : n->id;
         const uint8_t *d_old = old->role == WIRE_DIALER ? self->id : n->id;
         bool keep_new = !old_fresh || memcmp(d_new, d_old, WIRE_ID_BYTES) < 0;
@@ -421,6 +427,7 @@ void cl__on_closed(struct cluster *c, cl_conn *k)
             c->statics[k->static_idx].next_dial_ns = now + 30000 * MS;
     }
     cl__update_membership(c, now);
+    cl__tick_soon(c);                  /* redials, and the reaping, at the usual pace */
 }
 
 /* Drops nodes[i] from the table; links and dials that named it forget it. */
@@ -673,6 +680,34 @@ static void dial_nodes(struct cluster *c, uint64_t now)
     }
 }
 
+/* The earliest time dial_nodes has a dial to make (UINT64_MAX: none). */
+static uint64_t next_dial(struct cluster *c, uint64_t now)
+{
+    uint64_t t = UINT64_MAX;
+    if (c->self_removed)
+        return t;
+    bool lonely = c->swim && cl__swim_alone(c);
+    for (int i = 1; i < c->n_nodes; i++) {
+        cl_node *n = c->nodes[i];
+        if (n->hint[0] && !n->conn && !n->hint_dialing && !(c->swim && n->up) && n->hint_next_ns < t)
+            t = n->hint_next_ns;
+        if (n->conn || n->dialing || !n_dial_addrs(n) || !n->cluster_port ||
+            (c->swim && !cl__link_wanted(c, n, now) && !(lonely && n->member)))
+            continue;
+        if (n->next_dial_ns < t)
+            t = n->next_dial_ns;
+    }
+    for (int i = 0; i < c->n_statics; i++) {
+        cl_static *s = &c->statics[i];
+        cl_node *n = s->known ? cl__node_find(c, s->id) : NULL;
+        if (s->is_self || s->dialing || (n && (n->conn || n->dialing || (c->swim && n->up))))
+            continue;
+        if (s->next_dial_ns < t)
+            t = s->next_dial_ns;
+    }
+    return t;
+}
+
 static void forget_nodes(struct cluster *c, uint64_t now)
 {
     for (int i = 1; i < c->n_nodes; i++) {
@@ -690,6 +725,52 @@ static void forget_nodes(struct cluster *c, uint64_t now)
 
 static void refusal_window(struct cluster *c, uint64_t now);
 
+/* When the tick next has work: TICK_MS from now while anything is under
+ * way, else the earliest deadline of the links, dials and timers, at most
+ * IDLE_TICK_MS away (what has no deadline of its own - forgetting nodes,
+ * closing idle links, discovery's second-scale timers - keeps that pace). */
+static uint64_t next_tick(struct cluster *c, uint64_t now)
+{
+    pthread_mutex_lock(&c->mu);
+    bool busy = c->self_dirty || c->scan_soon || c->rot.asked || c->n_revoked_done != c->n_revoked;
+    pthread_mutex_unlock(&c->mu);
+    if (busy || c->peers_dirty || c->held)
+        return now;
+    uint64_t t = now + IDLE_TICK_MS * MS, d;
+    for (cl_conn *k = c->conns; k; k = k->next)
+        if ((d = cl__conn_next(k, now)) < t)
+            t = d;
+    if ((d = next_dial(c, now)) < t)
+        t = d;
+    if (c->next_mem_ns < t) t = c->next_mem_ns;
+    if (c->next_scan_ns < t) t = c->next_scan_ns;
+    if (c->next_state_ns < t) t = c->next_state_ns;
+    if (c->rot.leading && c->rot.deadline_ns < t) t = c->rot.deadline_ns;
+    if (c->rot.has_old && c->rot.old_until_ns < t) t = c->rot.old_until_ns;
+    return t;
+}
+
+/* (Re)arms the tick for `at`, never sooner than TICK_MS from now (the pace
+ * of old: a deadline already past does not spin the thread). */
+static void arm_tick(struct cluster *c, uint64_t at, uint64_t now)
+{
+    uint64_t gap = at > now ? at - now : 0;
+    if (gap < TICK_MS * MS)
+        gap = TICK_MS * MS;
+    if (gap > IDLE_TICK_MS * MS)
+        gap = IDLE_TICK_MS * MS;
+    c->tick_at_ns = now + gap;
+    struct timeval tv = { (time_t)(gap / 1000000000ull), (suseconds_t)(gap % 1000000000ull / 1000) };
+    event_add(c->tick_ev, &tv);
+}
+
+void cl__tick_soon(struct cluster *c)
+{
+    uint64_t now = os_now_ns();
+    if (c->tick_ev && !c->stopping && c->tick_at_ns > now + TICK_MS * MS)
+        arm_tick(c, now, now);
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct cluster *c = arg;
@@ -706,11 +787,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (c->disc)
         discovery_tick(c->disc, now);
     if (now >= c->next_mem_ns) {
+        /* STATE goes out at once only when the reading moved enough to
+         * matter (cl__hw_mem); else with the next one */
         pthread_mutex_lock(&c->mu);
-        cl__hw_mem(&c->hw);
+        if (cl__hw_mem(&c->hw))
+            c->self_dirty = true;
         pthread_mutex_unlock(&c->mu);
         c->next_mem_ns = now + 2000 * MS;
-        c->next_state_ns = 0;
     }
     pthread_mutex_lock(&c->mu);
     bool scan_soon = c->scan_soon;
@@ -733,7 +816,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_unlock(&c->mu);
     if (dirty || now >= c->next_state_ns) {
         send_state(c, NULL);
-        c->next_state_ns = now + 2000 * MS;
+        c->next_state_ns = now + STATE_EVERY_MS * MS;
     }
     if (c->peers_dirty) {
         c->peers_dirty = false;
@@ -741,6 +824,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     refusal_window(c, now);
     reap(c, now);
+    arm_tick(c, next_tick(c, now), now);
 }
 
 static void on_wake(evutil_socket_t fd, short what, void *arg)
@@ -781,6 +865,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         send_state(c, NULL);
     cl__revoke_work(c);
     cl__rotate_work(c, os_now_ns());
+    cl__tick_soon(c);
 }
 
 void cl__wake(struct cluster *c)
@@ -1100,7 +1185,7 @@ int cluster_start(struct cluster *c)
     pthread_once(&threads_once, enable_threads);
     signal(SIGPIPE, SIG_IGN);
     int r = 0;
-    if (!(c->base = event_base_new()))
+    if (!(c->base = rc_event_base_new()))
         return rc_fail(RC_ENOMEM, "event base");
     struct in_addr probe;
     if (strcmp(c->listen_host, "localhost") && inet_pton(AF_INET, c->listen_host, &probe) != 1)
@@ -1126,12 +1211,12 @@ int cluster_start(struct cluster *c)
     self_node(c)->cluster_port = c->port;
     self_node(c)->http_port = c->cfg.http_port;
     pthread_mutex_unlock(&c->mu);
-    struct timeval tv = { 0, TICK_MS * 1000 };
-    if (!(c->tick_ev = event_new(c->base, -1, EV_PERSIST, on_tick, c)) ||
+    if (!(c->tick_ev = event_new(c->base, -1, 0, on_tick, c)) ||
         !(c->stop_ev = event_new(c->base, -1, 0, on_stop, c)) ||
         !(c->wake_ev = event_new(c->base, -1, 0, on_wake, c)) ||
-        !(c->reap_ev = event_new(c->base, -1, 0, on_reap, c)) || event_add(c->tick_ev, &tv))
+        !(c->reap_ev = event_new(c->base, -1, 0, on_reap, c)))
         return rc_fail(RC_ENOMEM, "cluster events");
+    arm_tick(c, 0, os_now_ns());
     if (!c->cfg.no_discovery && !is_loopback(c->listen_host) &&
         !(c->advertise[0] && is_loopback(c->advertise))) {
         if (discovery_new(c, &c->disc))
@@ -1430,6 +1515,8 @@ void cluster_rescan_models(struct cluster *c)
     pthread_mutex_lock(&c->mu);
     c->scan_soon = true;
     pthread_mutex_unlock(&c->mu);
+    if (c->wake_ev)
+        event_active(c->wake_ev, 0, 0);
 }
 
 const char *cluster_models_dir(const struct cluster *c)

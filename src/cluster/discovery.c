@@ -544,9 +544,10 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
             rc_log(LOG_DEBUG, "cluster: ignoring an mDNS packet from %s: %s", a, rc_errmsg());
             continue;
         }
-        if (d->pkt->response)
+        if (d->pkt->response) {
             learn(d, d->pkt, meta.ifindex, a, now);
-        else
+            cl__tick_soon(d->c);          /* hand_over: at the tick's busy pace */
+        } else
             answer(d, d->pkt, &from, meta.ifindex, now);
     }
 }

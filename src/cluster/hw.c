@@ -64,9 +64,20 @@ void cl__hw_probe(cl_hw *h)
     h->mem_free = os_available_memory_bytes();
 }
 
-void cl__hw_mem(cl_hw *h)
+bool cl__hw_mem(cl_hw *h)
 {
-    h->mem_free = os_available_memory_bytes();
+    /* available memory moves by a few MiB all the time; each move spread
+     * to every node (STATE on the links, the digest through SWIM) was most
+     * of an idle cluster's traffic.  A move under 1/64 of the total (at
+     * least 32 MiB) keeps the figure published: placement keeps a reserve
+     * far larger than that */
+    uint64_t now = os_available_memory_bytes(), step = h->mem_total / 64;
+    if (step < (32ull << 20))
+        step = 32ull << 20;
+    if ((now > h->mem_free ? now - h->mem_free : h->mem_free - now) < step)
+        return false;
+    h->mem_free = now;
+    return true;
 }
 
 json_t *cl__hw_json(const cl_hw *h)

@@ -49,14 +49,19 @@ struct cl_swim {
     int meta_len;
     uint64_t next_meta_ms, next_publish_ms;
     bool changed;                             /* a member changed state: recompute up/down */
+    bool view_dirty;                          /* a member changed (state or digest): publish */
     uint64_t suspicions, deaths;              /* members seen suspect, dead: since start */
     uint8_t old_cluster_key[WIRE_KEY_BYTES];  /* the key before a rotation, and its K_swim */
     uint8_t old_key[SWIM_SEAL_KEY_BYTES];
 };
 
-/* how often the digest is rebuilt and the view published: free slots
- * change with every request, and a period is as fresh as SWIM spreads */
+/* how often the digest is rebuilt: free slots change with every request,
+ * and a period is as fresh as SWIM spreads.  The view is published when a
+ * member changed, and every PUBLISH_MS for the counters (rebuilding it
+ * decodes every member's digest: every 500 ms at 64 members, for nothing,
+ * it was a visible part of an idle node's time) */
 #define REFRESH_MS 500
+#define PUBLISH_MS 5000
 
 static uint64_t now_ms(void) { return os_now_ns() / 1000000; }
 
@@ -183,6 +188,7 @@ static void on_event(void *ctx, const swim_event *ev)
     wire_hex(ev->id, WIRE_ID_BYTES, hex);
     if (ev->type != SWIM_EV_UPDATE)
         c->swim->changed = true;
+    c->swim->view_dirty = true;
     if (ev->type == SWIM_EV_JOIN || ev->type == SWIM_EV_UPDATE || ev->type == SWIM_EV_ALIVE)
         learn(c, ev);
     c->swim->suspicions += ev->type == SWIM_EV_SUSPECT;
@@ -221,6 +227,7 @@ static json_t *serving_view(swim *sw)
 static void publish(struct cluster *c)
 {
     struct cl_swim *m = c->swim;
+    m->view_dirty = false;
     size_t counts[4];
     swim_counts(m->sw, counts);
     swim_stats st;
@@ -278,9 +285,9 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     }
     arm(c, swim_tick(m->sw, now));
     settle(c);
-    if (now >= m->next_publish_ms) {
+    if (m->view_dirty || now >= m->next_publish_ms) {
         publish(c);
-        m->next_publish_ms = now + REFRESH_MS;
+        m->next_publish_ms = now + PUBLISH_MS;
     }
 }
 
@@ -389,6 +396,8 @@ void cl__swim_join(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
      * it is thought to be, and it refutes at once */
     if (c->swim) {
         swim_join(c->swim->sw, id, now_ms());
+        arm(c, swim_tick(c->swim->sw, now_ms()));
+        c->swim->changed = true;        /* a member SWIM did not have is up now, not at a tick */
         settle(c);
     }
 }
@@ -397,6 +406,7 @@ void cl__swim_suspect(struct cluster *c, const uint8_t id[WIRE_ID_BYTES])
 {
     if (c->swim) {
         swim_suspect(c->swim->sw, id, now_ms());
+        arm(c, swim_tick(c->swim->sw, now_ms()));   /* the suspicion spreads now */
         settle(c);
     }
 }
@@ -417,8 +427,10 @@ void cl__swim_on_stream(struct cluster *c, const uint8_t *data, size_t len)
 {
     if (c->swim && swim_recv(c->swim->sw, data, len, now_ms()) != 0)
         rc_log(LOG_DEBUG, "cluster: %s", rc_errmsg());
-    if (c->swim)
+    if (c->swim) {
+        arm(c, swim_tick(c->swim->sw, now_ms()));
         settle(c);
+    }
 }
 
 void cl__swim_stop(struct cluster *c)

@@ -27,6 +27,7 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
@@ -78,6 +79,7 @@ static int seal_frame(cl_conn *k, int type, uint8_t flags, uint32_t stream, cons
         return (int)r;
     v.iov_len = (size_t)r;
     evbuffer_commit_space(out, &v, 1);
+    k->last_tx_ns = os_now_ns();
     return 0;
 }
 
@@ -240,6 +242,8 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
                 double rtt = (double)(now - sent) / 1e6;
                 cl_node *n = k->node;
                 pthread_mutex_lock(&c->mu);
+                if (n->rtt_ms <= 0)
+                    c->self_dirty = true;    /* a new link in STATE: sent now */
                 n->rtt_ms = n->rtt_ms > 0 ? n->rtt_ms * 0.75 + rtt * 0.25 : rtt;
                 n->rtt_at_ns = now;
                 pthread_mutex_unlock(&c->mu);
@@ -266,6 +270,8 @@ static void on_message(cl_conn *k, const wire_msg *m, uint64_t now)
             double mbps = xfer > 0 ? (double)wire_get64(m->data + 8) * 8 / xfer * 1e-6 : 0;
             cl_node *n = k->node;
             pthread_mutex_lock(&c->mu);
+            if (n->bw_mbps <= 0)
+                c->self_dirty = true;        /* the link's first measure: sent now */
             n->bw_mbps = n->bw_mbps > 0 ? n->bw_mbps * 0.5 + mbps * 0.5 : mbps;
             n->bw_at_ns = now;
             pthread_mutex_unlock(&c->mu);
@@ -444,6 +450,7 @@ static cl_conn *conn_new(struct cluster *c, int fd, int role, bool old_key)
     cl_conn *k = rc_calloc(1, sizeof *k);
     if (!k)
         return NULL;
+    cl__tick_soon(c);                  /* its handshake is timed by the tick */
     k->c = c;
     k->role = role;
     k->static_idx = -1;
@@ -520,6 +527,53 @@ cl_conn *cl__conn_dial(struct cluster *c, const char *host, int port, bool old_k
 
 /* ---- the periodic part ---- */
 
+/* Bytes from the peer waiting in the socket, not read yet: a node starved
+ * of CPU (64 nodes starting on 2 cores) ran its tick before its reads and
+ * took its own slowness for the peer's silence, closing links that were
+ * fine.  Only the socket counts: part of a record already read is no sign
+ * of life (a peer that sends half a record and stops is silent). */
+static bool unread(cl_conn *k)
+{
+    int n = 0;
+    return ioctl(bufferevent_getfd(k->bev), FIONREAD, &n) == 0 && n > 0;
+}
+
+/* Heartbeats: the dialler pings every heartbeat (cl__heartbeat_ns) and the listener
+ * answers; the listener pings only when the dialler's pings stopped for
+ * half of --down-after (a dialler of an older version pinged both ways,
+ * and still does), and every RTT_EVERY_NS to keep its own round-trip
+ * measure.  Any frame counts as a sign of life, so one ping and one pong
+ * per period keep both ends' silence timers fed: half the frames (and
+ * wake-ups) of both ends pinging.  A ping due within a quarter period is
+ * sent with the others of the same tick, so that the links of a node wake
+ * it together, not each on its own. */
+#define RTT_EVERY_NS (10000ull * MS)
+
+static uint64_t ping_due(const cl_conn *k)
+{
+    const struct cluster *c = k->c;
+    uint64_t hb = cl__heartbeat_ns(c), at = k->last_ping_ns + hb;
+    if (k->role == WIRE_DIALER || !k->ping_seq)
+        return at;                      /* the listener's first: its round trip at once */
+    uint64_t quiet = k->last_rx_ns + (uint64_t)c->cfg.down_after_ms * MS / 2,
+             rtt = k->last_ping_ns + RTT_EVERY_NS, want = quiet < rtt ? quiet : rtt;
+    return want > at ? want : at;
+}
+
+uint64_t cl__conn_next(const cl_conn *k, uint64_t now)
+{
+    if (k->phase == PH_DEAD)
+        return UINT64_MAX;
+    if (k->phase != PH_OPEN || k->probe_inflight || k->txq)
+        return now;                     /* a handshake or a transfer: the usual pace */
+    uint64_t t = k->last_rx_ns + (uint64_t)k->c->cfg.down_after_ms * MS + MS, p = ping_due(k);
+    if (p < t)
+        t = p;
+    if (k->c->cfg.probe_ms > 0 && k->next_probe_ns < t)
+        t = k->next_probe_ns;
+    return t;
+}
+
 void cl__conn_tick(cl_conn *k, uint64_t now)
 {
     struct cluster *c = k->c;
@@ -536,7 +590,9 @@ void cl__conn_tick(cl_conn *k, uint64_t now)
         }
         return;
     }
-    if (cl__since(now, k->last_rx_ns) > (uint64_t)c->cfg.down_after_ms * MS) {
+    /* the peer spoke and this node is slow to read it: looked at again at
+     * the next tick, once read (last_rx_ns moves only with whole records) */
+    if (cl__since(now, k->last_rx_ns) > (uint64_t)c->cfg.down_after_ms * MS && !unread(k)) {
         char why[96];
         snprintf(why, sizeof why, "silent for %llu ms (limit %d ms)",
                  (unsigned long long)((cl__since(now, k->last_rx_ns)) / MS), c->cfg.down_after_ms);
@@ -549,7 +605,7 @@ void cl__conn_tick(cl_conn *k, uint64_t now)
             cl__swim_suspect(c, id);   /* evidence for SWIM (with --swim) */
         return;
     }
-    if (cl__since(now, k->last_ping_ns) >= (uint64_t)c->cfg.heartbeat_ms * MS) {
+    if (now + cl__heartbeat_ns(c) / 4 >= ping_due(k)) {
         uint8_t p[16];
         wire_put64(p, ++k->ping_seq);
         wire_put64(p + 8, now);

@@ -38,6 +38,7 @@ typedef struct member {
     uint8_t meta_len;
     uint8_t meta[SWIM_META_MAX];
     uint64_t since_ms;              /* last state change */
+    bool announced;                 /* its JOIN was reported (swim_join's members: not yet) */
     /* suspicion (state SUSPECT) */
     uint64_t susp_start_ms;
     int n_conf;                     /* distinct confirmers besides the first */
@@ -258,7 +259,11 @@ static size_t fill_updates(swim *s, uint8_t *p, size_t room, int *n_out)
 {
     size_t used = 0;
     int n = 0;
-    int limit = s->cfg.retransmit_mult * (int)log10_ceil(s->n + 1);
+    /* at least 2 x retransmit_mult times: with 4 sends each, in a cluster
+     * of a few nodes one of them missed a join about once in ten starts of
+     * 6 nodes and heard of it only at the next push-pull (15-45 s) */
+    size_t lg = log10_ceil(s->n + 1);
+    int limit = s->cfg.retransmit_mult * (int)(lg < 2 ? 2 : lg);
     if (limit >= MAX_LEVELS) limit = MAX_LEVELS - 1;
     member *picked[64];
     int n_picked = 0, misses = 0;
@@ -398,15 +403,28 @@ static void apply_alive(swim *s, const uint8_t *id, uint32_t inc, const uint8_t 
         return;
     }
     member *m = find(s, id);
-    bool is_new = !m;
+    /* a member swim_join added was never announced: the first word from
+     * or about it, though of the same incarnation, is news to spread.
+     * (Both ends of a live link join each other: the end that was joined
+     * to took the joiner's push-pull for old news, and the rest of the
+     * cluster heard of the joiner only at the next push-pull, 30 s or more
+     * later - hidden while every node's metadata changed every few
+     * seconds.) */
+    bool is_new = !m || !m->announced;
+    /* and a member known without metadata (a placeholder that travelled in
+     * a push-pull) takes it from the first news that has it: else the host
+     * never learnt where the member is, and nothing newer came while the
+     * member's metadata stayed the same */
+    bool fills = m && !m->meta_len && meta_len && inc == m->inc;
     if (!m) {
         if (!(m = add_member(s, id))) return;
         m->state = SWIM_ALIVE;
         s->n_state[SWIM_ALIVE]++;
         m->since_ms = now;
-    } else if (inc <= m->inc) {
+    } else if (inc <= m->inc && !is_new && !fills) {
         return;
     }
+    m->announced = true;
     int was = m->state;
     bool meta_changed = m->meta_len != meta_len || memcmp(m->meta, meta, meta_len);
     m->inc = inc;
@@ -854,7 +872,14 @@ uint64_t swim_tick(swim *s, uint64_t now)
         if (s->n_state[SWIM_DEAD] || s->n_state[SWIM_LEFT]) reap(s, now);
         s->next_reap = now + s->cfg.period_ms;
     }
-    uint64_t next = min_u64(s->next_probe, min_u64(s->next_gossip, s->next_dead_probe));
+    /* a timer is due only when it has work: gossip with updates queued,
+     * dead probes with dead members.  An idle member otherwise woke its
+     * host 5 + 8 times a second for nothing; updates queued later (a packet,
+     * swim_suspect, swim_set_meta) go out at the host's next swim_tick, which
+     * it calls after each of those (swim.h) */
+    uint64_t next = s->next_probe;
+    if (s->n_bcast) next = min_u64(next, s->next_gossip);
+    if (s->n_state[SWIM_DEAD]) next = min_u64(next, s->next_dead_probe);
     if (now < s->heal_until) next = min_u64(next, s->next_heal_pp);
     /* the probe timeout matters only while no ack came and no indirect
      * probe went out: once acked, a time already past would wake the host
@@ -912,6 +937,10 @@ void swim_free(swim *s)
 int swim_join(swim *s, const uint8_t *id, uint64_t now)
 {
     if (!memcmp(id, s->self->id, SWIM_ID_BYTES)) return rc_fail(RC_EINVAL, "joining this node itself");
+    /* a node that knows nobody yet also spreads its own alive news, to the
+     * members it learns from the first reply: what the member joined to
+     * broadcasts may be used up before later joiners are in its table */
+    if (s->n_state[SWIM_ALIVE] + s->n_state[SWIM_SUSPECT] <= 1) bcast(s, s->self, U_ALIVE, NULL);
     if (!find(s, id)) {
         member *m = add_member(s, id);
         if (!m) return RC_ENOMEM;

@@ -110,7 +110,10 @@ int swim_join(swim *s, const uint8_t *id, uint64_t now_ms);
 int swim_recv(swim *s, const uint8_t *buf, size_t len, uint64_t now_ms);
 
 /* Advances timers to now_ms; returns the time of the next timer, so a host
- * may sleep until then (or until a packet arrives). */
+ * may sleep until then (or until a packet arrives).  Only timers with work
+ * count (no gossip timer while nothing is queued to spread): after
+ * swim_recv, swim_join, swim_suspect, swim_set_meta and swim_leave the host
+ * calls swim_tick again, since they may have queued something. */
 uint64_t swim_tick(swim *s, uint64_t now_ms);
 
 /* Evidence from outside the protocol that a member is unreachable (the live
