@@ -173,13 +173,14 @@ test-unit: $(BUILD)/racimo_tests $(BUILD)/racimo
 # static, -O2, into build/arm64 by scripts/test-arm64.sh) and run under
 # qemu-user, once on a CPU with the dotprod extension and once without.  The
 # arm64 builds of jansson and pcre2 would need a foreign dpkg architecture, so
-# this binary holds only what needs neither: src/base, src/tensor and their
-# tests (runner, base, quant, kernels).
+# this binary holds only what needs neither: src/base (less evbase.c, the
+# one file there that calls libevent), src/tensor and their tests (runner,
+# base, quant, kernels).
 KTEST_SRC := tests/runner.c $(wildcard tests/test_base.c tests/test_quant.c tests/test_kernels.c \
                                         tests/test_kv_types.c tests/test_repack_q4k.c \
                                         tests/test_repack_q8.c tests/test_repack_q6k.c tests/test_membw.c \
                                         tests/tile_check.c)
-KLIB_SRC  := $(filter src/base/% src/tensor/%,$(LIB_SRC))
+KLIB_SRC  := $(filter-out src/base/evbase.c,$(filter src/base/% src/tensor/%,$(LIB_SRC)))
 $(BUILD)/racimo_kernel_tests: $(KTEST_SRC:%.c=$(BUILD)/%.o) $(KLIB_SRC:%.c=$(BUILD)/%.o)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm -pthread
 
