@@ -1660,22 +1660,23 @@ TEST_T(cluster_swim_measure_on_demand, 90)
     CHECK_INT(json_integer_value(json_object_get(e, "age_ms")), <, 4000);
     json_decref(e);
     /* a link kept open (a neighbour's) whose bandwidth is older than that:
-     * probed at once, not at its next probe (30 x probe_ms = 9 s apart) */
+     * probed at once, not at its next probe (30 x probe_ms = 9 s apart).
+     * Any open link will do: a loaded machine may close a neighbour's link
+     * as silent and open it again (a fresh measure), so watch them all */
     const char *nb = NULL;
-    for (int j = 0; j < N && !nb; j++) {
-        e = j != ask ? link_entry(n[ask], cluster_self_id(n[j])) : NULL;
-        if (e && json_is_true(json_object_get(e, "linked")))
-            nb = cluster_self_id(n[j]);
-        json_decref(e);
-    }
-    CHECK(nb != NULL);
     json_int_t age = 0;
-    for (int t = 0; t < 30000 && age <= 4000; t += 50) {
-        e = link_entry(n[ask], nb);
-        age = e ? json_integer_value(json_object_get(e, "age_ms")) : 0;
-        json_decref(e);
-        if (age <= 4000) usleep(50000);
+    for (int t = 0; t < 60000 && !nb; t += 50) {
+        for (int j = 0; j < N && !nb; j++) {
+            e = j != ask ? link_entry(n[ask], cluster_self_id(n[j])) : NULL;
+            if (e && json_is_true(json_object_get(e, "linked")) &&
+                (age = json_integer_value(json_object_get(e, "age_ms"))) > 4000)
+                nb = cluster_self_id(n[j]);
+            json_decref(e);
+        }
+        if (!nb) usleep(50000);
     }
+    if (!nb)
+        FAIL("no open link's measure grew older than 4 s in 60 s");
     CHECK_INT(age, >, 4000);
     CHECK_INT(cluster_measure_links(n[ask], &nb, 1, 20000), ==, 1);
     e = link_entry(n[ask], nb);
