@@ -1570,6 +1570,27 @@ static json_t *link_entry(struct cluster *from, const char *to)
     return got;
 }
 
+/* Polls `from`'s entry of the link to `to` for up to 30 s until it is gone
+ * (want_gone) or shown closed; returns the entry then (NULL when gone or
+ * when the wait ran out) and leaves the last entry seen in last. */
+static json_t *wait_link_entry(struct cluster *from, const char *to, bool want_gone,
+                               bool *reached, char *last, size_t n_last)
+{
+    *reached = false;
+    for (int t = 0; t < 30000; t += 20) {
+        json_t *e = link_entry(from, to);
+        *reached = want_gone ? !e : e && json_is_false(json_object_get(e, "linked"));
+        char *d = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        snprintf(last, n_last, "%s", d ? d : "none");
+        free(d);
+        if (*reached)
+            return e;
+        json_decref(e);
+        usleep(20000);
+    }
+    return NULL;
+}
+
 /* Placement asks for the links of its candidates: with SWIM a node that
  * has no link to a candidate opens one on demand, measures RTT and
  * bandwidth, and keeps the measure with its age after the link closed
@@ -1623,35 +1644,20 @@ TEST_T(cluster_swim_measure_on_demand, 90)
     /* young: taken from the cache, nothing opened */
     CHECK_INT(cluster_measure_links(n[ask], ids, 1, 20000), ==, 0);
     /* the link idles out; the measure stays, with its age */
-    bool closed = false;
+    bool closed;
     char last[512] = "none";
-    for (int t = 0; t < 30000 && !closed; t += 20) {
-        e = link_entry(n[ask], ids[0]);
-        closed = e && json_is_false(json_object_get(e, "linked"));
-        if (closed) {
-            CHECK(json_number_value(json_object_get(e, "rtt_ms")) > 0);
-            CHECK(json_integer_value(json_object_get(e, "age_ms")) >= 0);
-        }
-        char *d = e ? json_dumps(e, JSON_COMPACT) : NULL;
-        snprintf(last, sizeof last, "%s", d ? d : "none");
-        free(d);
-        json_decref(e);
-        if (!closed) usleep(20000);
+    e = wait_link_entry(n[ask], ids[0], false, &closed, last, sizeof last);
+    if (closed) {
+        CHECK(json_number_value(json_object_get(e, "rtt_ms")) > 0);
+        CHECK(json_integer_value(json_object_get(e, "age_ms")) >= 0);
     }
+    json_decref(e);
     if (!closed)
         FAIL("the link opened for the measure did not close after 1.5 s idle while its measure "
              "was young (last entry: %s)", last);
     /* too old: out of the view, and measured again when asked */
-    bool gone = false;
-    for (int t = 0; t < 30000 && !gone; t += 50) {
-        e = link_entry(n[ask], ids[0]);
-        gone = !e;
-        char *d = e ? json_dumps(e, JSON_COMPACT) : NULL;
-        snprintf(last, sizeof last, "%s", d ? d : "none");
-        free(d);
-        json_decref(e);
-        if (!gone) usleep(50000);
-    }
+    bool gone;
+    json_decref(wait_link_entry(n[ask], ids[0], true, &gone, last, sizeof last));
     if (!gone)
         FAIL("a measure older than 4 s is still shown: %s", last);
     CHECK_INT(cluster_measure_links(n[ask], ids, 1, 20000), ==, 1);
