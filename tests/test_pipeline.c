@@ -14,6 +14,7 @@
 #include "cluster/channel.h"
 #include "cluster/cluster.h"
 #include "cluster/pipeline.h"
+#include "cluster/pipeline_internal.h"
 #include "cluster/wire.h"
 #include "infer/engine.h"
 #include "infer/lm.h"
@@ -580,6 +581,25 @@ TEST_T(pipeline_deepseek2_expert_parallel, 120)
     lm_close(&head);
     lm_close(&whole);
     stop(&b);
+    stop(&a);
+}
+
+/* A set-up the cluster thread took in just before pipeline_stop marked the
+ * stages, and handles just after: it starts no stage (pipeline_stop would
+ * wait for that one forever, as a fresh clone's suite once did under load). */
+TEST_T(pipeline_setup_after_stop_starts_nothing, 60)
+{
+    node a = { 0 };
+    start(&a, "sa", NULL, NULL);
+    pipeline_stop(a.p);
+    const char *setup = "{\"inst\":7,\"index\":0,\"model\":\"m4\",\"first\":0,\"last\":4,"
+                        "\"n_ctx\":64,\"n_seq\":1,\"n_batch\":8,\"threads\":1,\"n_embd\":256,"
+                        "\"wire\":\"f32\",\"next\":\"\",\"n_stages\":1}";
+    pl__on_setup(a.p, "0123456789abcdef0123456789abcdef", (const uint8_t *)setup, strlen(setup));
+    pthread_mutex_lock(&a.p->mu);
+    const bool none = a.p->stages == NULL;
+    pthread_mutex_unlock(&a.p->mu);
+    CHECK(none);
     stop(&a);
 }
 

@@ -706,6 +706,16 @@ void pl__on_setup(pipeline *p, const char *from, const uint8_t *data, size_t len
     json_decref(j);
     pthread_cond_init(&si->cv, NULL);
     pthread_mutex_lock(&p->mu);
+    /* on_msg looked at `closed` before the set-up was parsed; pipeline_stop
+     * may have marked every stage since, and would wait forever for one
+     * started now */
+    if (p->closed) {
+        pthread_mutex_unlock(&p->mu);
+        setup_refuse(p, from, inst, index, "this node is shutting down");
+        pthread_cond_destroy(&si->cv);
+        rc_free(si);
+        return;
+    }
     pl__reap_locked(p);
     stage_inst *old = pl__find_stage_locked(p, si->head, si->inst);
     int n_all = 0, n_head = 0;
