@@ -155,18 +155,6 @@ INLINE void kl_rows(int kt, int J, int64_t n, const uint8_t *w, const uint8_t *x
         y[(size_t)j * ldy] = _mm_cvtss_f32(acc[j]);
 }
 
-#define KL_SWITCH(kt, J, ...)                                  \
-    switch (J) {                                               \
-    case 1: kl_rows(kt, 1, __VA_ARGS__); break;                \
-    case 2: kl_rows(kt, 2, __VA_ARGS__); break;                \
-    case 3: kl_rows(kt, 3, __VA_ARGS__); break;                \
-    case 4: kl_rows(kt, 4, __VA_ARGS__); break;                \
-    case 5: kl_rows(kt, 5, __VA_ARGS__); break;                \
-    case 6: kl_rows(kt, 6, __VA_ARGS__); break;                \
-    case 7: kl_rows(kt, 7, __VA_ARGS__); break;                \
-    default: kl_rows(kt, KL_ROWS, __VA_ARGS__); break;         \
-    }
-
 #define DEFINE_KLFORMAT(name, kt)                                                        \
     static float name##_vec_dot(const void *w, const void *x, int64_t n)                 \
     {                                                                                    \
@@ -177,15 +165,7 @@ INLINE void kl_rows(int kt, int J, int64_t n, const uint8_t *w, const uint8_t *x
     static void name##_tile(int64_t n, const void *w, size_t ws, int n_w, const void *x, \
                             size_t xs, int n_x, float *y, size_t ldy)                    \
     {                                                                                    \
-        for (int j0 = 0; j0 < n_x; j0 += KL_ROWS) {                                      \
-            const int J = n_x - j0 < KL_ROWS ? n_x - j0 : KL_ROWS;                       \
-            const uint8_t *xj = (const uint8_t *)x + (size_t)j0 * xs;                    \
-            for (int i = 0; i < n_w; i++) {                                              \
-                const uint8_t *wi = (const uint8_t *)w + (size_t)i * ws;                 \
-                float *yo = y + (size_t)j0 * ldy + i;                                    \
-                KL_SWITCH(kt, J, n, wi, xj, xs, yo, ldy)                                 \
-            }                                                                            \
-        }                                                                                \
+        TILE_PASSES8(kl_rows, kt, n, w, ws, n_w, x, xs, n_x, y, ldy)                     \
     }
 
 DEFINE_KLFORMAT(q2_K, KL_Q2)
