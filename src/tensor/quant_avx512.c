@@ -5,7 +5,8 @@
  * Makefile's *_avx512.c rule) and only called after the CPU probe found
  * all four; tensor__kernels_avx512 runs after tensor__kernels_avx2 and
  * replaces only these two types' dot products (and their tile_x_prep,
- * whose layout the kernels here read).
+ * whose layout the kernels here read), then has quant_klow_avx512.c
+ * replace Q2_K's and Q3_K's.
  *
  * The float arithmetic of every output is exactly that of quant_tile_avx2.c
  * (same operations, same order, per output), only the integer sums, which

@@ -78,11 +78,13 @@ INLINE __m128i q3_scales(const uint8_t *p)
     return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
 }
 
-/* 4l in every byte of 128-bit lane l: Q2_K's table index offsets. */
-INLINE __m512i lanes_x4(void)
+/* The 16 sub-block scales (bytes) as 32-bit lanes in the order that puts
+ * sub-block 4m + l in dword m of 128-bit lane l: then zmm m's scales are
+ * dword m of every lane, for a byte shuffle with one index everywhere
+ * (no cross-lane moves per zmm). */
+INLINE __m128i by_lane(__m128i s)
 {
-    return _mm512_set_epi64(0x0c0c0c0c0c0c0c0c, 0x0c0c0c0c0c0c0c0c, 0x0808080808080808,
-                            0x0808080808080808, 0x0404040404040404, 0x0404040404040404, 0, 0);
+    return _mm_shuffle_epi8(s, _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
 }
 
 INLINE void kl_unpack(int kt, const uint8_t *wb, kl_weights *W)
@@ -92,38 +94,32 @@ INLINE void kl_unpack(int kt, const uint8_t *wb, kl_weights *W)
         const block_q2_K *k = (const block_q2_K *)wb;
         const __m128i s = _mm_loadu_si128((const __m128i *)k->scales);
         W->bs_mul = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
-        /* byte 4s + k: k * sc_s for k = 0..3 (at most 45, no carry) */
-        const __m512i tab = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(s, m4)),
+        /* dword m of lane l: bytes k * sc for k = 0..3, sc sub-block 4m + l's
+         * scale (at most 45, no carry) */
+        const __m512i tab = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(by_lane(_mm_and_si128(s, m4))),
                                                _mm512_set1_epi32(0x03020100));
-        const __m512i dw4 = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 1, 2, 3));
         UNROLL for (int m = 0; m < 4; m++) {
-            /* every lane: sub-blocks 4m..4m+3's tables; the index: level + 4l */
-            const __m512i t = _mm512_permutexvar_epi32(_mm512_add_epi32(dw4, _mm512_set1_epi32(4 * m)), tab);
             const __m512i idx = _mm512_ternarylogic_epi32(kl_low2(k->qs, m), _mm512_set1_epi8(3),
-                                                          lanes_x4(), 0xea);   /* (a & b) | c */
-            W->q[m] = _mm512_shuffle_epi8(t, idx);
+                                                          _mm512_set1_epi8((char)(4 * m)),
+                                                          0xea);   /* (level & 3) | 4m */
+            W->q[m] = _mm512_shuffle_epi8(tab, idx);
         }
         return;
     }
     const block_q3_K *k = (const block_q3_K *)wb;
     const __m128i sc = q3_scales(k->scales);
     W->bs_mul = _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc), 2);
-    const __m512i scb = _mm512_broadcast_i32x4(sc);
+    /* dword m of lane l: sub-block 4m + l's scale, sign extended */
+    const __m512i tab = _mm512_cvtepi8_epi32(by_lane(sc));
     const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)k->hmask));
-    /* the 16-bit words (l << 8) | 0x80 in lane l: a byte shuffle by them
-     * puts byte l high in each word and zero low */
-    const __m512i wsel = _mm512_set_epi64(0x0380038003800380, 0x0380038003800380, 0x0280028002800280,
-                                          0x0280028002800280, 0x0180018001800180, 0x0180018001800180,
-                                          0x0080008000800080, 0x0080008000800080);
     UNROLL for (int m = 0; m < 4; m++) {
         /* the third bit: bit 2m of hmask for chunk 2m, 2m + 1 for 2m + 1 */
         const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * m))),
                                                _mm256_set1_epi8((char)(1 << (2 * m + 1))), 1);
         const __m512i low = _mm512_and_si512(kl_low2(k->qs, m), _mm512_set1_epi8(3));
         W->q[m] = _mm512_mask_add_epi8(low, _mm512_test_epi8_mask(hm, bit), low, _mm512_set1_epi8(4));
-        /* sub-block 4m + l's scale in the 16-bit words of lane l, sign extended */
-        const __m512i sel = _mm512_add_epi16(wsel, _mm512_set1_epi16((short)(4 * m << 8)));
-        W->sc[m] = _mm512_srai_epi16(_mm512_shuffle_epi8(scb, sel), 8);
+        /* the low 16 bits of dword m in every 16-bit word */
+        W->sc[m] = _mm512_shuffle_epi8(tab, _mm512_set1_epi16((short)((4 * m + 1) << 8 | 4 * m)));
     }
 }
 

@@ -1,6 +1,6 @@
 /* simd_x86.h - internal to src/tensor: small helpers shared by the x86-64
  * kernel files (quant_avx2.c, quant_k_avx2.c, quant_tile_avx2.c,
- * quant_avx512.c, attend_avx2.c): block decoding and lane shuffles too.  Static inline, so each file compiles them
+ * quant_klow_avx2.c, quant_avx512.c, quant_klow_avx512.c, attend_avx2.c): block decoding and lane shuffles too.  Static inline, so each file compiles them
  * with its own instruction-set flags; include after <immintrin.h>.  The
  * last section only exists for the *_avx512.c files. */
 #ifndef RC_SIMD_X86_H
