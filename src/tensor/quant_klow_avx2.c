@@ -22,11 +22,14 @@
  * activation rows (prompts and batched decode), which is where the time of
  * a 2- and 3-bit format goes: its unpacking costs more than its products.
  *
- * AVX-512: no kernels of its own, so these run on AVX-512 CPUs as Q4_K's
- * and Q6_K's AVX2 kernels do (quant_avx512.c covers Q4_0 and Q8_0).  Most
- * of the work per block is unpacking levels and scales, and with sub-blocks
- * of 16 a 512-bit register would hold four scales to spread by cross-lane
- * shuffles; whether that pays is for a measurement on such a CPU.
+ * AVX-512: quant_klow_avx512.c replaces both entries where the CPU has
+ * AVX-512 F, BW, VL and VNNI, with these kernels' bits.  Measured on an
+ * Intel Xeon (BENCHMARKS.md) it pays at every batch size: a zmm holds one
+ * sub-block per 128-bit lane, so the scales spread by in-lane byte
+ * shuffles, and VNNI folds the products (Q2_K's scale goes into the weight
+ * bytes); a product took about half this file's time for 1 to 512
+ * activation rows (0.6x for Q2_K's one row in cache; 0.3x for Q3_K's,
+ * where this file unpacks the scales in scalar code).
  */
 #include <immintrin.h>
 #include <stddef.h>

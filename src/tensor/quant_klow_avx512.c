@@ -19,8 +19,9 @@
  * in the same 32 bytes of qs at shifts 4(m & 1) and 4(m & 1) + 2: one
  * broadcast and one per-half variable shift.
  *   - Q2_K: levels (0..3) times scales (0..15) are at most 45, so the scale
- *     goes into the weight bytes by a table lookup per lane (byte 4l + k of
- *     the table is k * sc) and VPDPBUSD meets them with the activation bytes:
+ *     goes into the weight bytes by a byte shuffle (dword m of lane l of the
+ *     table holds k * sc, k = 0..3, for sub-block 4m + l: zmm m's index is
+ *     its level + 4m) and VPDPBUSD meets them with the activation bytes:
  *     one instruction per 64 elements and activation row.  Minimums as in
  *     the AVX2 kernel: bsums times mins by VPMADDWD.
  *   - Q3_K: levels + 4 (0..7, the third bit added under a byte mask) meet
@@ -33,6 +34,13 @@
  * (generation), 8 weight rows per pass; vec_dot is the latter with one.
  * Each weight block asks for the one PREFETCH_BYTES on (simd_x86.h): a
  * matrix from memory was read at 5.2 GB/s without, 7.3 with (Q2_K, K = 1).
+ *
+ * Measured against the AVX2 kernels on an Intel Xeon with AVX-512 VNNI
+ * (BENCHMARKS.md, thread CPU time of one product), faster at every batch
+ * size, so tensor__kernels_klow_avx512 installs both entries of both types
+ * unconditionally: 8192 x 2048 in cache, K = 1 / 8 / 32 / 512 rows, Q2_K
+ * 1.6x / 1.9x / 2.1x / 1.9x, Q3_K 3.6x / 1.9x / 2.0x / 1.9x; 128256 x 2048
+ * from memory, K = 1 / 8, Q2_K 2.1x / 2.0x, Q3_K 2.1x / 2.0x.
  */
 #include <immintrin.h>
 #include <stddef.h>
