@@ -25,6 +25,9 @@
 #include "tensor/matmul.h"
 #include "tensor/pool.h"
 #include "tensor/types.h"
+#if defined(__x86_64__)
+#include "tensor/kernels_isa.h"   /* the AVX2 and AVX-512 sets side by side */
+#endif
 
 static const int weight_types[] = {
     TT_F32, TT_F16, TT_BF16, TT_Q4_0, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_Q8_0,
@@ -534,6 +537,120 @@ TEST(kernels_tile_wide)
         free(y);
     }
 }
+
+#if defined(__x86_64__)
+/* Activation rows for the comparison below: quantised normal rows, and
+ * row 1 at the extreme: Q8_K every byte -128 (the most negative an int8
+ * holds, with the bsums to match: the edge of the 16-bit pair sums), Q8_0
+ * -127 (its quantiser's least; the AVX2 sign trick takes no -128). */
+static void activation_rows(rng_state *r, int at, int64_t n, int n_x, uint8_t *xq)
+{
+    const size_t xrb = tensor_row_bytes(at, n);
+    float *x = xmalloc((size_t)n * sizeof(float));
+    for (int j = 0; j < n_x; j++) {
+        fill_normal(r, x, n, j % 3 == 2 ? 0.05f : 1.0f, j % 4 == 3 ? 0.5f : 0.0f);
+        tensor_type_traits_ref(at)->from_float(x, xq + (size_t)j * xrb, n);
+    }
+    free(x);
+    if (n_x < 2)
+        return;
+    uint8_t *row = xq + xrb;
+    if (at == TT_Q8_K) {
+        for (int64_t b = 0; b < n / QK_K; b++) {
+            block_q8_K *k = (block_q8_K *)row + b;
+            memset(k->qs, 0x80, sizeof k->qs);
+            for (int s = 0; s < QK_K / 16; s++)
+                k->bsums[s] = -128 * 16;
+        }
+    } else if (at == TT_Q8_0) {
+        for (int64_t b = 0; b < n / QK8_0; b++)
+            memset(((block_q8_0 *)row + b)->qs, 0x81, QK8_0);
+    }
+}
+
+/* The AVX-512 dot products that promise the AVX2 kernels' bits (their
+ * files say so: the same float steps per output, only the exact integer
+ * sums formed otherwise) give them: vec_dot for every pair of rows, and the
+ * tile for 1..33 activation rows and, with one activation row, any number of
+ * weight rows (the passes of 8 and 16 and their ragged ends), at lengths of
+ * 1 to 9 super-blocks, on quantiser output and on random levels and scales.
+ * Both sets are built here side by side, whatever RACIMO_KERNELS chose. */
+TEST(kernels_avx512_bits_are_avx2)
+{
+    if (!(cpu_has(CPU_AVX2) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C) && cpu_has(CPU_AVX512F) &&
+          cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512VL) && cpu_has(CPU_AVX512VNNI)))
+        SKIP("this CPU lacks AVX2 or AVX-512 F, BW, VL or VNNI");
+    static tensor_traits t2[TT_COUNT], t5[TT_COUNT];
+    for (int t = 0; t < TT_COUNT; t++)
+        t2[t] = *tensor_type_traits_ref(t);
+    tensor__kernels_avx2(t2, cpu_has(CPU_AVX_VNNI));
+    memcpy(t5, t2, sizeof t2);
+    tensor__kernels_avx512(t5, 1);
+    static const int types[] = { TT_Q4_0, TT_Q8_0, TT_Q2_K, TT_Q3_K };
+    static const int n_blocks[] = { 1, 2, 3, 5, 9 };
+    enum { NW = 19, NX = 33 };
+    rng_state r;
+    rng_seed(&r, 512);
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const int type = types[k];
+        const tensor_traits *a2 = &t2[type], *a5 = &t5[type], *ref = tensor_type_traits_ref(type);
+        CHECK(a5->vec_dot != a2->vec_dot && a5->vec_dot_tile != a2->vec_dot_tile);
+        const int at = ref->vec_dot_type;
+        for (size_t s = 0; s < sizeof n_blocks / sizeof n_blocks[0]; s++) {
+            const int64_t n = n_blocks[s] * QK_K + (ref->block_size == QK_K ? 0 : 3 * ref->block_size);
+            const size_t wrb = tensor_row_bytes(type, n), xrb = tensor_row_bytes(at, n);
+            const size_t prb = tensor_tile_x_bytes(a5, n);
+            uint8_t *w = xmalloc(wrb * NW), *xq = xmalloc(xrb * NX), *xt = xmalloc(prb * NX);
+            float *want = xmalloc(sizeof(float) * NW * NX), *y = xmalloc(sizeof(float) * NW * NX);
+            for (int i = 0; i < NW; i++)
+                make_weights(&r, type, n, i % 2 == 1, 1.0f, i % 3 == 1 ? 0.3f : 0.0f, w + i * wrb);
+            activation_rows(&r, at, n, NX, xq);
+            for (int j = 0; j < NX; j++) {
+                if (a5->tile_x_block_bytes)
+                    a5->tile_x_prep(xq + j * xrb, xt + j * prb, n);
+                else
+                    memcpy(xt + j * prb, xq + j * xrb, xrb);
+                for (int i = 0; i < NW; i++) {
+                    const uint8_t *wi = w + i * wrb, *xj = xq + j * xrb;
+                    want[j * NW + i] = a2->vec_dot(wi, xj, n);
+                    const float got = a5->vec_dot(wi, xj, n);
+                    if (fp32_bits(got) != fp32_bits(want[j * NW + i]))
+                        FAIL("%s n %lld: AVX-512 vec_dot (%d, %d) is %.9g, AVX2 %.9g", ref->name,
+                             (long long)n, i, j, got, want[j * NW + i]);
+                    const double tol = dot_tol(type, n, dot_magnitude(type, wi, at, xj, n));
+                    const double rv = ref->vec_dot(wi, xj, n);
+                    if (!(fabs(got - rv) <= tol))
+                        FAIL("%s n %lld: vec_dot (%d, %d) is %.9g, reference %.9g (tol %.3g)",
+                             ref->name, (long long)n, i, j, got, rv, tol);
+                }
+            }
+            /* n_x activation rows against all weight rows; and one
+             * activation row against the first n_w weight rows */
+            for (int pass = 0; pass < 2; pass++)
+                for (int c = 1; c <= (pass ? NW : NX); c++) {
+                    const int n_w = pass ? c : NW, n_x = pass ? 1 : c;
+                    for (int i = 0; i < NW * NX; i++)
+                        y[i] = -1.0f;
+                    a5->vec_dot_tile(n, w, wrb, n_w, xt, prb, n_x, y, NW);
+                    for (int j = 0; j < NX; j++)
+                        for (int i = 0; i < NW; i++) {
+                            const int in = i < n_w && j < n_x;
+                            const float got = y[j * NW + i], exp = in ? want[j * NW + i] : -1.0f;
+                            if (fp32_bits(got) != fp32_bits(exp))
+                                FAIL("%s n %lld, tile %d x %d: output (%d, %d) is %.9g, %s %.9g",
+                                     ref->name, (long long)n, n_w, n_x, i, j, got,
+                                     in ? "AVX2 vec_dot" : "untouched", exp);
+                        }
+                }
+            free(w);
+            free(xq);
+            free(xt);
+            free(want);
+            free(y);
+        }
+    }
+}
+#endif
 
 /* Runs W (n_out x n) times n_rows random rows in `mode` on 1, 2 and 3
  * threads; checks identical bits and, against per-pair reference dots,

@@ -5,7 +5,8 @@
  * Makefile's *_avx512.c rule) and only called after the CPU probe found
  * all four; tensor__kernels_avx512 runs after tensor__kernels_avx2 and
  * replaces only these two types' dot products (and their tile_x_prep,
- * whose layout the kernels here read).
+ * whose layout the kernels here read), then has quant_klow_avx512.c
+ * replace Q2_K's and Q3_K's.
  *
  * The float arithmetic of every output is exactly that of quant_tile_avx2.c
  * (same operations, same order, per output), only the integer sums, which
@@ -65,11 +66,6 @@ INLINE __m256 hi256(__m512 v)
     return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
 
-INLINE __m512i join256(__m256i lo, __m256i hi)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
 /* ---- Q4_0 ------------------------------------------------------------------ */
 
 static void q4_0_prep(const void *xq, void *dst, int64_t n)
@@ -102,23 +98,6 @@ static float q4_0_vec_dot(const void *w, const void *x, int64_t n)
         acc = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), hsum_epi32(v)), s, acc);
     }
     return _mm_cvtss_f32(acc);
-}
-
-/* Lane r of the low half: the sum of the 8 lanes of the low half of v[r];
- * lane 8 + r: of the high half. */
-INLINE __m512i sum16x8(const __m512i v[8])
-{
-    __m512i s[4], t[2];
-    UNROLL for (int k = 0; k < 4; k++)
-        s[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
-                                _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
-    UNROLL for (int k = 0; k < 2; k++)
-        t[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * k], s[2 * k + 1]),
-                                _mm512_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
-    const __m512i i0 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
-    const __m512i i1 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-    return _mm512_add_epi32(_mm512_permutex2var_epi64(t[0], i0, t[1]),
-                            _mm512_permutex2var_epi64(t[0], i1, t[1]));
 }
 
 /* Row r of 8 pairs (r, r + 8) for one block (r a literal: the 16-bit insert
@@ -414,6 +393,7 @@ void tensor__kernels_avx512(tensor_traits *table, int q8_tile)
     /* Q8_0 stays as in the file here: its AVX-512 kernels were measured,
      * the repacked layout's AVX2 kernel (quant_q8r8_avx2.c) was not */
     table[TT_Q8_0_R8].vec_dot_tile = NULL;
+    tensor__kernels_klow_avx512(table);
     if (!q8_tile)
         return;
     table[TT_Q8_0].vec_dot_tile = q8_0_tile;

@@ -22,11 +22,14 @@
  * activation rows (prompts and batched decode), which is where the time of
  * a 2- and 3-bit format goes: its unpacking costs more than its products.
  *
- * AVX-512: no kernels of its own, so these run on AVX-512 CPUs as Q4_K's
- * and Q6_K's AVX2 kernels do (quant_avx512.c covers Q4_0 and Q8_0).  Most
- * of the work per block is unpacking levels and scales, and with sub-blocks
- * of 16 a 512-bit register would hold four scales to spread by cross-lane
- * shuffles; whether that pays is for a measurement on such a CPU.
+ * AVX-512: quant_klow_avx512.c replaces both entries where the CPU has
+ * AVX-512 F, BW, VL and VNNI, with these kernels' bits.  Measured on an
+ * Intel Xeon (BENCHMARKS.md) it pays at every batch size: a zmm holds one
+ * sub-block per 128-bit lane, so the scales spread by in-lane byte
+ * shuffles, and VNNI folds the products (Q2_K's scale goes into the weight
+ * bytes); a product took about half this file's time for 1 to 512
+ * activation rows (0.6x for Q2_K's one row in cache; 0.3x for Q3_K's,
+ * where this file unpacks the scales in scalar code).
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -155,18 +158,6 @@ INLINE void kl_rows(int kt, int J, int64_t n, const uint8_t *w, const uint8_t *x
         y[(size_t)j * ldy] = _mm_cvtss_f32(acc[j]);
 }
 
-#define KL_SWITCH(kt, J, ...)                                  \
-    switch (J) {                                               \
-    case 1: kl_rows(kt, 1, __VA_ARGS__); break;                \
-    case 2: kl_rows(kt, 2, __VA_ARGS__); break;                \
-    case 3: kl_rows(kt, 3, __VA_ARGS__); break;                \
-    case 4: kl_rows(kt, 4, __VA_ARGS__); break;                \
-    case 5: kl_rows(kt, 5, __VA_ARGS__); break;                \
-    case 6: kl_rows(kt, 6, __VA_ARGS__); break;                \
-    case 7: kl_rows(kt, 7, __VA_ARGS__); break;                \
-    default: kl_rows(kt, KL_ROWS, __VA_ARGS__); break;         \
-    }
-
 #define DEFINE_KLFORMAT(name, kt)                                                        \
     static float name##_vec_dot(const void *w, const void *x, int64_t n)                 \
     {                                                                                    \
@@ -177,15 +168,7 @@ INLINE void kl_rows(int kt, int J, int64_t n, const uint8_t *w, const uint8_t *x
     static void name##_tile(int64_t n, const void *w, size_t ws, int n_w, const void *x, \
                             size_t xs, int n_x, float *y, size_t ldy)                    \
     {                                                                                    \
-        for (int j0 = 0; j0 < n_x; j0 += KL_ROWS) {                                      \
-            const int J = n_x - j0 < KL_ROWS ? n_x - j0 : KL_ROWS;                       \
-            const uint8_t *xj = (const uint8_t *)x + (size_t)j0 * xs;                    \
-            for (int i = 0; i < n_w; i++) {                                              \
-                const uint8_t *wi = (const uint8_t *)w + (size_t)i * ws;                 \
-                float *yo = y + (size_t)j0 * ldy + i;                                    \
-                KL_SWITCH(kt, J, n, wi, xj, xs, yo, ldy)                                 \
-            }                                                                            \
-        }                                                                                \
+        TILE_PASSES8(kl_rows, kt, n, w, ws, n_w, x, xs, n_x, y, ldy)                     \
     }
 
 DEFINE_KLFORMAT(q2_K, KL_Q2)

@@ -1,7 +1,8 @@
 /* simd_x86.h - internal to src/tensor: small helpers shared by the x86-64
  * kernel files (quant_avx2.c, quant_k_avx2.c, quant_tile_avx2.c,
- * quant_avx512.c, attend_avx2.c): block decoding and lane shuffles too.  Static inline, so each file compiles them
- * with its own instruction-set flags; include after <immintrin.h>. */
+ * quant_klow_avx2.c, quant_avx512.c, quant_klow_avx512.c, attend_avx2.c): block decoding and lane shuffles too.  Static inline, so each file compiles them
+ * with its own instruction-set flags; include after <immintrin.h>.  The
+ * last section only exists for the *_avx512.c files. */
 #ifndef RC_SIMD_X86_H
 #define RC_SIMD_X86_H
 
@@ -67,6 +68,33 @@ INLINE void prefetch_lines(const void *p, int bytes)
     for (int c = 0; c < bytes + 64; c += 64)
         _mm_prefetch((const char *)p + c, _MM_HINT_T0);
 }
+
+/* fn(a, R, ...) with R the literal 1..7 of r, or 8 for any other r: a
+ * kernel's row count as a constant, so each count compiles to its own
+ * unrolled copy (passes of up to 8 rows, the last one ragged). */
+#define SWITCH_ROWS8(fn, a, r, ...)              \
+    switch (r) {                                 \
+    case 1: fn(a, 1, __VA_ARGS__); break;        \
+    case 2: fn(a, 2, __VA_ARGS__); break;        \
+    case 3: fn(a, 3, __VA_ARGS__); break;        \
+    case 4: fn(a, 4, __VA_ARGS__); break;        \
+    case 5: fn(a, 5, __VA_ARGS__); break;        \
+    case 6: fn(a, 6, __VA_ARGS__); break;        \
+    case 7: fn(a, 7, __VA_ARGS__); break;        \
+    default: fn(a, 8, __VA_ARGS__); break;       \
+    }
+
+/* A tile as passes of up to 8 activation rows per weight row (each weight
+ * row's unpacking shared by the pass), through SWITCH_ROWS8: fn(a, J, n,
+ * w_i, x_j0, xs, y + j0 * ldy + i, ldy) writes y[j * ldy] for j < J. */
+#define TILE_PASSES8(fn, a, n, w, ws, n_w, x, xs, n_x, y, ldy)                              \
+    for (int j0_ = 0; j0_ < (n_x); j0_ += 8) {                                              \
+        const int J_ = (n_x) - j0_ < 8 ? (n_x) - j0_ : 8;                                   \
+        const uint8_t *xj_ = (const uint8_t *)(x) + (size_t)j0_ * (xs);                     \
+        for (int i_ = 0; i_ < (n_w); i_++)                                                  \
+            SWITCH_ROWS8(fn, a, J_, n, (const uint8_t *)(w) + (size_t)i_ * (ws), xj_, xs,   \
+                         (y) + (size_t)j0_ * (ldy) + i_, ldy)                               \
+    }
 
 /* Unaligned scalars inside packed blocks. */
 INLINE float load_f32(const uint8_t *p)
@@ -146,5 +174,31 @@ INLINE void store_outputs(__m256 acc[][TILE_ACC_COLS], int ng, int nwc, int nxb,
     }
     _mm_sfence();
 }
+
+/* ---- AVX-512 (files compiled with its flags) ------------------------------ */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+
+INLINE __m512i join256(__m256i lo, __m256i hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+/* Lane r of the low half: the sum of the 8 lanes of the low half of v[r];
+ * lane 8 + r: of the high half (8 rows' sums reduced at once). */
+INLINE __m512i sum16x8(const __m512i v[8])
+{
+    __m512i s[4], t[2];
+    UNROLL for (int k = 0; k < 4; k++)
+        s[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
+                                _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    UNROLL for (int k = 0; k < 2; k++)
+        t[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * k], s[2 * k + 1]),
+                                _mm512_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
+    const __m512i i0 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i i1 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    return _mm512_add_epi32(_mm512_permutex2var_epi64(t[0], i0, t[1]),
+                            _mm512_permutex2var_epi64(t[0], i1, t[1]));
+}
+
+#endif
 
 #endif

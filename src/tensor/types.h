@@ -208,7 +208,8 @@ const tensor_traits *tensor_type_traits(int type);
 /* Installs the fastest kernels this CPU runs into the table returned by
  * tensor_type_traits: the reference code patched by the AVX2 kernels
  * (x86-64 with AVX2, FMA and F16C; AVX-VNNI too when present; with AVX-512
- * F, BW, VL and VNNI the Q4_0 and Q8_0 dot products are AVX-512 ones) or
+ * F, BW, VL and VNNI the Q4_0, Q8_0, Q2_K and Q3_K dot products are AVX-512
+ * ones) or
  * the NEON ones (arm64), as the CPU probe (base/cpu.h) finds.  The
  * environment variable RACIMO_KERNELS=ref keeps the reference code (for
  * comparisons and bisecting); RACIMO_KERNELS=avx2 leaves out the AVX-VNNI
