@@ -5,7 +5,9 @@
  *
  *   racimo-kernel-time [-r REPS] [-t THREADS] TYPE NE0 ROWS K[,K...]
  *
- * TYPE is Q4_0, Q4_K, Q6_K or Q8_0; the matrix has ROWS rows of NE0
+ * TYPE is any weight type; for those without a repacked layout (all but
+ * Q4_0, Q4_K, Q6_K and Q8_0: IQ4_NL, IQ4_XS, MXFP4...) the R8 columns
+ * print "-" and only the file layout runs.  The matrix has ROWS rows of NE0
  * elements (quantised from normal values by the reference quantiser, 64
  * distinct rows repeated); each K is a number of activation rows.  Each
  * repetition runs matmul (the path a forward pass takes: activations
@@ -77,16 +79,17 @@ int main(int argc, char **argv)
             threads = atoi(argv[a + 1]);
     }
     if (argc - a != 4 || reps < 1 || threads < 1) {
-        fprintf(stderr, "usage: %s [-r REPS] [-t THREADS] Q4_0|Q4_K|Q6_K|Q8_0 NE0 ROWS K[,K...]\n", argv[0]);
+        fprintf(stderr, "usage: %s [-r REPS] [-t THREADS] TYPE NE0 ROWS K[,K...]\n", argv[0]);
         return 2;
     }
+    tensor_kernels_init();   /* the probe first: ptype and the name printed depend on it */
     const int type = tensor_type_from_name(argv[a]);
     const int64_t ne0 = atoll(argv[a + 1]), rows = atoll(argv[a + 2]);
     const int ptype = type >= 0 ? packed_type(type) : -1;
     const size_t rb = type >= 0 ? tensor_row_bytes(type, ne0) : 0;
-    if (ptype < 0 || !rb || rows < 8 || rows % 8) {
-        fprintf(stderr, "%s: no repacked layout on these kernels (%s), or NE0/ROWS do not fit it "
-                "(ROWS a multiple of 8)\n", argv[a], tensor_kernels_name());
+    if (type < 0 || !rb || rows < 8 || rows % 8) {
+        fprintf(stderr, "%s: not a type, or NE0/ROWS do not fit it (ROWS a multiple of 8)\n",
+                argv[a]);
         return 2;
     }
     rng_state r;
@@ -102,12 +105,13 @@ int main(int argc, char **argv)
             memcpy(w + (size_t)i * rb, w + (size_t)(i % 64) * rb, rb);
         }
     }
-    pack(type, w, g, ne0, rows);
+    if (ptype >= 0)
+        pack(type, w, g, ne0, rows);
     tensor W = { .data = w, .type = type, .n_dims = 2, .ne = { ne0, rows, 1, 1 }, .row_bytes = rb,
                  .name = "w" };
     tensor G = W;
     G.data = g;
-    G.type = ptype;
+    G.type = ptype >= 0 ? ptype : type;
     thread_pool *pool = pool_new(threads);
     printf("%s %lld x %lld (%.1f MiB), kernels %s, %d thread(s), min of %d, %s time\n",
            argv[a], (long long)rows, (long long)ne0, (double)(rb * (size_t)rows) / 1048576.0,
@@ -127,7 +131,7 @@ int main(int argc, char **argv)
         void *scratch = xmalloc(sw > sg ? sw : sg);
         double best[2] = { 1e30, 1e30 };
         for (int rep = 0; rep < reps; rep++)
-            for (int v = 0; v < 2; v++) {
+            for (int v = 0; v < (ptype >= 0 ? 2 : 1); v++) {
                 const double t0 = cpu_seconds(threads);
                 matmul(pool, v ? &G : &W, x, (int)ne0, K, y, (int)rows, MATMUL_FAST, scratch);
                 const double t = cpu_seconds(threads) - t0;
@@ -139,9 +143,16 @@ int main(int argc, char **argv)
             base[1] = best[1];
         }
         const double bytes = (double)rb * (double)rows;
-        printf("%4d %12.3f %12.3f %10.2f %10.2f %7.2fx", K, 1e3 * best[0], 1e3 * best[1],
-               bytes / best[0] / 1e9, bytes / best[1] / 1e9, best[0] / best[1]);
-        if (K > 1 && base[1] > 0)
+        if (ptype < 0) {
+            printf("%4d %12.3f %12s %10.2f %10s %8s", K, 1e3 * best[0], "-", bytes / best[0] / 1e9,
+                   "-", "-");
+            if (K > 1)
+                printf("   per-row gain over K=1: file %.2fx", K * base[0] / best[0]);
+        } else {
+            printf("%4d %12.3f %12.3f %10.2f %10.2f %7.2fx", K, 1e3 * best[0], 1e3 * best[1],
+                   bytes / best[0] / 1e9, bytes / best[1] / 1e9, best[0] / best[1]);
+        }
+        if (ptype >= 0 && K > 1 && base[1] > 0)
             printf("   per-row gain over K=1: file %.2fx, R8 %.2fx", K * base[0] / best[0],
                    K * base[1] / best[1]);
         printf("\n");
