@@ -412,6 +412,23 @@ TEST(kernels_tile_any_split)
     }
 }
 
+/* n_w weight rows of `type` (random levels in every third, an offset in
+ * every other) and n_x activation rows in its vec_dot_type (an offset in
+ * every fourth), n elements each, packed at w and xq. */
+static void make_rows(rng_state *r, int type, int64_t n, int n_w, uint8_t *w, int n_x, uint8_t *xq)
+{
+    const int at = tensor_type_traits_ref(type)->vec_dot_type;
+    const size_t wrb = tensor_row_bytes(type, n), xrb = tensor_row_bytes(at, n);
+    float *x = xmalloc((size_t)n * sizeof(float));
+    for (int i = 0; i < n_w; i++)
+        make_weights(r, type, n, i % 3 == 2, 1.0f, i % 2 ? 0.2f : 0.0f, w + i * wrb);
+    for (int j = 0; j < n_x; j++) {
+        fill_normal(r, x, n, 1.0f, j % 4 == 1 ? 0.5f : 0.0f);
+        tensor_type_traits_ref(at)->from_float(x, xq + j * xrb, n);
+    }
+    free(x);
+}
+
 /* tile on n_w weight rows (wrb apart) against n_x of the nx_max rows xt
  * (prb apart) gives every output dot's bits on the unprepared rows xq (xrb
  * apart), and writes nothing for rows n_x.. (y: nx_max x n_w outputs). */
@@ -458,12 +475,9 @@ TEST(kernels_tile_batch_sizes)
         const size_t wrb = tensor_row_bytes(type, n), xrb = tensor_row_bytes(at, n);
         const size_t prb = tensor_tile_x_bytes(a, n);
         uint8_t *w = xmalloc(wrb * NW), *xq = xmalloc(xrb * NX), *xt = xmalloc(prb * NX);
-        float *x = xmalloc((size_t)n * sizeof(float)), *y = xmalloc(sizeof(float) * NW * NX);
-        for (int i = 0; i < NW; i++)
-            make_weights(&r, type, n, i % 3 == 2, 1.0f, i % 2 ? 0.2f : 0.0f, w + i * wrb);
+        float *y = xmalloc(sizeof(float) * NW * NX);
+        make_rows(&r, type, n, NW, w, NX, xq);
         for (int j = 0; j < NX; j++) {
-            fill_normal(&r, x, n, 1.0f, j % 4 == 1 ? 0.5f : 0.0f);
-            tensor_type_traits_ref(at)->from_float(x, xq + j * xrb, n);
             if (a->tile_x_block_bytes)
                 a->tile_x_prep(xq + j * xrb, xt + j * prb, n);
             else
@@ -475,7 +489,6 @@ TEST(kernels_tile_batch_sizes)
         free(w);
         free(xq);
         free(xt);
-        free(x);
         free(y);
     }
 }
@@ -496,7 +509,7 @@ TEST(kernels_iq_avx512_matches_avx2)
     for (int t = 0; t < TT_COUNT; t++)
         t2[t] = t5[t] = *tensor_type_traits_ref(t);
     tensor__kernels_iq_avx2(t2);
-    tensor__kernels_iq_avx512(t5, 1);
+    tensor__kernels_iq_avx512(t5);
     static const int types[] = { TT_IQ4_NL, TT_MXFP4, TT_IQ4_XS };
     static const int n_blocks[] = { 1, 2, 3, 7, 17 };
     enum { NW = 19, NX = 33 };
@@ -511,19 +524,14 @@ TEST(kernels_iq_avx512_matches_avx2)
             const int64_t n = n_blocks[s] * tensor_type_traits_ref(type)->block_size;
             const size_t wrb = tensor_row_bytes(type, n), xrb = tensor_row_bytes(at, n);
             uint8_t *w = xmalloc(wrb * NW), *xq = xmalloc(xrb * NX);
-            float *x = xmalloc((size_t)n * sizeof(float)), *y = xmalloc(sizeof(float) * NW * NX);
-            for (int i = 0; i < NW; i++)
-                make_weights(&r, type, n, i % 2 == 1, 1.0f, i % 3 ? 0.0f : 0.2f, w + i * wrb);
-            for (int j = 0; j < NX; j++) {
-                fill_normal(&r, x, n, 1.0f, j % 4 == 1 ? 0.5f : 0.0f);
-                tensor_type_traits_ref(at)->from_float(x, xq + j * xrb, n);
-                if (j % 3 == 2)   /* every 5th quant -128 */
-                    for (int64_t e = 0; e < n; e += 5) {
-                        const int64_t qk = at == TT_Q8_K ? QK_K : 32;
-                        const size_t off = at == TT_Q8_K ? offsetof(block_q8_K, qs) : offsetof(block_q8_0, qs);
-                        xq[j * xrb + (size_t)(e / qk) * (xrb / (size_t)(n / qk)) + off + (size_t)(e % qk)] = 0x80;
-                    }
-            }
+            float *y = xmalloc(sizeof(float) * NW * NX);
+            make_rows(&r, type, n, NW, w, NX, xq);
+            const int64_t qk = at == TT_Q8_K ? QK_K : 32;
+            const size_t xbb = tensor_type_traits_ref(at)->block_bytes;
+            const size_t qs = at == TT_Q8_K ? offsetof(block_q8_K, qs) : offsetof(block_q8_0, qs);
+            for (int j = 2; j < NX; j += 3)   /* every 5th quant -128 */
+                for (int64_t e = 0; e < n; e += 5)
+                    xq[j * xrb + (size_t)(e / qk) * xbb + qs + (size_t)(e % qk)] = 0x80;
             /* the tile against AVX2's vec_dot, then vec_dot against it */
             for (int n_x = 1; n_x <= NX; n_x++)
                 check_tile_rows("AVX-512 vs AVX2", a5->vec_dot_tile, a2->vec_dot, n, w, wrb, NW,
@@ -542,7 +550,6 @@ TEST(kernels_iq_avx512_matches_avx2)
                 }
             free(w);
             free(xq);
-            free(x);
             free(y);
         }
     }

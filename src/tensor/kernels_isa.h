@@ -33,10 +33,9 @@ double tensor__sum_exp_avx2(const float *x, size_t n, float shift);
  * the AVX2 set's; Q8_0's tile only with `q8_tile` (no faster than the
  * AVX-VNNI one, so chosen where that is missing). */
 void tensor__kernels_avx512(tensor_traits *table, int q8_tile);
-/* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx512.c), called by the above:
- * `all` installs every kernel, also those measured no faster than the AVX2
- * set's (RACIMO_KERNELS=avx512, to test them). */
-void tensor__kernels_iq_avx512(tensor_traits *table, int all);
+/* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx512.c): vec_dot and vec_dot_tile,
+ * called by the above (all measured faster than the AVX2 ones). */
+void tensor__kernels_iq_avx512(tensor_traits *table);
 
 /* arm64 NEON; `has_dotprod` when the CPU has the SDOT/UDOT instructions. */
 void tensor__kernels_neon(tensor_traits *table, int has_dotprod);

@@ -414,7 +414,7 @@ void tensor__kernels_avx512(tensor_traits *table, int q8_tile)
     /* Q8_0 stays as in the file here: its AVX-512 kernels were measured,
      * the repacked layout's AVX2 kernel (quant_q8r8_avx2.c) was not */
     table[TT_Q8_0_R8].vec_dot_tile = NULL;
-    tensor__kernels_iq_avx512(table, q8_tile);
+    tensor__kernels_iq_avx512(table);
     if (!q8_tile)
         return;
     table[TT_Q8_0].vec_dot_tile = q8_0_tile;

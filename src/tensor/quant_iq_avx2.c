@@ -148,16 +148,4 @@ INLINE void tile(int f, int64_t n, const void *w, size_t w_stride, int n_w, cons
     }
 }
 
-DEFINE_FORMAT(iq4_nl, F_IQ4_NL)
-DEFINE_FORMAT(mxfp4, F_MXFP4)
-DEFINE_FORMAT(iq4_xs, F_IQ4_XS)
-
-void tensor__kernels_iq_avx2(tensor_traits *table)
-{
-    table[TT_IQ4_NL].vec_dot = iq4_nl_vec_dot;
-    table[TT_IQ4_NL].vec_dot_tile = iq4_nl_tile;
-    table[TT_MXFP4].vec_dot = mxfp4_vec_dot;
-    table[TT_MXFP4].vec_dot_tile = mxfp4_tile;
-    table[TT_IQ4_XS].vec_dot = iq4_xs_vec_dot;
-    table[TT_IQ4_XS].vec_dot_tile = iq4_xs_tile;
-}
+DEFINE_IQ_KERNELS(tensor__kernels_iq_avx2)

@@ -108,24 +108,27 @@ INLINE void pairs_dot(int f, int np, int nr, int64_t n, const uint8_t *const w[2
         UNROLL for (int r = 0; r < nr; r++)
             acc[p][r] = _mm512_setzero_ps();
     if (f != F_IQ4_XS) {
+        /* weights + 128 (unsigned) from a shifted table; each lane starts at
+         * -128 * (its 4 activation bytes) */
+        const __m512i table_u = _mm512_xor_si512(table, _mm512_set1_epi8((char)0x80));
+        const __m512i u128 = _mm512_set1_epi8((char)0x80);
         for (int64_t b = 0; b < n / 32; b++) {
             __m512i wv[WP];
             __m512 dw[WP];
             UNROLL for (int p = 0; p < np; p++) {
                 const uint8_t *ba = w[2 * p] + (size_t)b * wb, *bb = w[2 * p + 1] + (size_t)b * wb;
-                wv[p] = lookup_pair(table, ba + wb - 16, bb + wb - 16);
+                wv[p] = lookup_pair(table_u, ba + wb - 16, bb + wb - 16);
                 dw[p] = pair_ps(wscale32(f, ba), wscale32(f, bb));
             }
             UNROLL for (int r = 0; r < nr; r++) {
                 const uint8_t *xk = x[r] + (size_t)b * xb;
                 const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xk + 2)));
-                const __m512i ax = _mm512_abs_epi8(xv);
-                const __mmask64 neg = _mm512_movepi8_mask(xv);
+                const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, u128, xv));
                 fp16_t h;
                 memcpy(&h, xk, sizeof h);
                 const __m512 dx = _mm512_set1_ps(h2f(h));
                 UNROLL for (int p = 0; p < np; p++) {
-                    const __m512i s = _mm512_dpbusd_epi32(zero, ax, _mm512_mask_sub_epi8(wv[p], neg, zero, wv[p]));
+                    const __m512i s = _mm512_dpbusd_epi32(start, wv[p], xv);
                     acc[p][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[p], dx), acc[p][r]);
                 }
             }
@@ -195,10 +198,8 @@ INLINE float vec_dot(int f, const void *w, const void *x, int64_t n)
 INLINE void tile(int f, int64_t n, const void *w, size_t w_stride, int n_w, const void *x,
                  size_t x_stride, int n_x, float *y, size_t ldy)
 {
-    /* generation: 4 pairs against the row; else 2 pairs against up to 4 */
-    const int pmax = n_x == 1 ? WP : 2;
-    for (int i0 = 0; i0 < n_w; i0 += 2 * pmax) {
-        const int nw = n_w - i0 < 2 * pmax ? n_w - i0 : 2 * pmax, np = (nw + 1) / 2;
+    for (int i0 = 0; i0 < n_w; i0 += 2 * WP) {
+        const int nw = n_w - i0 < 2 * WP ? n_w - i0 : 2 * WP, np = (nw + 1) / 2;
         const uint8_t *wr[2 * WP];
         for (int k = 0; k < 2 * WP; k++)
             wr[k] = (const uint8_t *)w + (size_t)(i0 + (k < nw ? k : nw - 1)) * w_stride;
@@ -208,25 +209,23 @@ INLINE void tile(int f, int64_t n, const void *w, size_t w_stride, int n_w, cons
             float out[XR][2 * WP];
             for (int r = 0; r < XR; r++)
                 xr[r] = (const uint8_t *)x + (size_t)(j0 + (r < nr ? r : 0)) * x_stride;
-            if (nr == 1) {
-                switch (np) {
-                case 1: PASS(1, 1); break;
-                case 2: PASS(2, 1); break;
-                case 3: PASS(3, 1); break;
-                default: PASS(4, 1); break;
-                }
-            } else if (np == 1) {
-                switch (nr) {
-                case 2: PASS(1, 2); break;
-                case 3: PASS(1, 3); break;
-                default: PASS(1, 4); break;
-                }
-            } else {
-                switch (nr) {
-                case 2: PASS(2, 2); break;
-                case 3: PASS(2, 3); break;
-                default: PASS(2, 4); break;
-                }
+            switch (4 * (np - 1) + nr - 1) {
+            case 0: PASS(1, 1); break;
+            case 1: PASS(1, 2); break;
+            case 2: PASS(1, 3); break;
+            case 3: PASS(1, 4); break;
+            case 4: PASS(2, 1); break;
+            case 5: PASS(2, 2); break;
+            case 6: PASS(2, 3); break;
+            case 7: PASS(2, 4); break;
+            case 8: PASS(3, 1); break;
+            case 9: PASS(3, 2); break;
+            case 10: PASS(3, 3); break;
+            case 11: PASS(3, 4); break;
+            case 12: PASS(4, 1); break;
+            case 13: PASS(4, 2); break;
+            case 14: PASS(4, 3); break;
+            default: PASS(4, 4); break;
             }
             for (int r = 0; r < nr; r++)
                 for (int k = 0; k < nw; k++)
@@ -235,17 +234,4 @@ INLINE void tile(int f, int64_t n, const void *w, size_t w_stride, int n_w, cons
     }
 }
 
-DEFINE_FORMAT(iq4_nl, F_IQ4_NL)
-DEFINE_FORMAT(mxfp4, F_MXFP4)
-DEFINE_FORMAT(iq4_xs, F_IQ4_XS)
-
-void tensor__kernels_iq_avx512(tensor_traits *table, int all)
-{
-    (void)all;
-    table[TT_IQ4_NL].vec_dot = iq4_nl_vec_dot;
-    table[TT_IQ4_NL].vec_dot_tile = iq4_nl_tile;
-    table[TT_MXFP4].vec_dot = mxfp4_vec_dot;
-    table[TT_MXFP4].vec_dot_tile = mxfp4_tile;
-    table[TT_IQ4_XS].vec_dot = iq4_xs_vec_dot;
-    table[TT_IQ4_XS].vec_dot_tile = iq4_xs_tile;
-}
+DEFINE_IQ_KERNELS(tensor__kernels_iq_avx512)

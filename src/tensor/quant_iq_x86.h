@@ -1,7 +1,8 @@
 /* quant_iq_x86.h - internal to src/tensor: what the x86-64 dot products of
  * the table-valued 4-bit types (quant_iq_avx2.c, quant_iq_avx512.c) share:
  * their format codes, block sizes and weight scales, and the entry points
- * each file defines from its own vec_dot(f, ...) and tile(f, ...).  Static
+ * each file defines from its own vec_dot(f, ...) and tile(f, ...) with
+ * DEFINE_IQ_KERNELS.  Static
  * inline, compiled with each file's flags; include after simd_x86.h. */
 #ifndef RC_QUANT_IQ_X86_H
 #define RC_QUANT_IQ_X86_H
@@ -46,6 +47,22 @@ INLINE float wscale32(int f, const uint8_t *blk)
                             const void *x, size_t x_stride, int n_x, float *y, size_t ldy) \
     {                                                                                    \
         tile(f, n, w, w_stride, n_w, x, x_stride, n_x, y, ldy);                          \
+    }
+
+/* The three formats' entries and `entry` (kernels_isa.h), which installs
+ * them in a table. */
+#define DEFINE_IQ_KERNELS(entry)                                                         \
+    DEFINE_FORMAT(iq4_nl, F_IQ4_NL)                                                      \
+    DEFINE_FORMAT(mxfp4, F_MXFP4)                                                        \
+    DEFINE_FORMAT(iq4_xs, F_IQ4_XS)                                                      \
+    void entry(tensor_traits *table)                                                     \
+    {                                                                                    \
+        table[TT_IQ4_NL].vec_dot = iq4_nl_vec_dot;                                       \
+        table[TT_IQ4_NL].vec_dot_tile = iq4_nl_tile;                                     \
+        table[TT_MXFP4].vec_dot = mxfp4_vec_dot;                                         \
+        table[TT_MXFP4].vec_dot_tile = mxfp4_tile;                                       \
+        table[TT_IQ4_XS].vec_dot = iq4_xs_vec_dot;                                       \
+        table[TT_IQ4_XS].vec_dot_tile = iq4_xs_tile;                                     \
     }
 
 #endif
