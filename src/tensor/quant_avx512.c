@@ -4,8 +4,9 @@
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (the
  * Makefile's *_avx512.c rule) and only called after the CPU probe found
  * all four; tensor__kernels_avx512 runs after tensor__kernels_avx2 and
- * replaces only these two types' dot products (and their tile_x_prep,
- * whose layout the kernels here read).
+ * replaces these two types' dot products (and their tile_x_prep, whose
+ * layout the kernels here read), then lets quant_iq_avx512.c replace those
+ * of IQ4_NL, IQ4_XS and MXFP4.
  *
  * The float arithmetic of every output is exactly that of quant_tile_avx2.c
  * (same operations, same order, per output), only the integer sums, which
