@@ -125,6 +125,8 @@ INLINE void pairs_dot(int f, int np, int nr, int64_t n, const uint8_t *const w[2
             __m512 dw[WP];
             UNROLL for (int p = 0; p < np; p++) {
                 const uint8_t *ba = w[2 * p] + (size_t)b * wb, *bb = w[2 * p + 1] + (size_t)b * wb;
+                _mm_prefetch((const char *)ba + PREFETCH_BYTES, _MM_HINT_T0);
+                _mm_prefetch((const char *)bb + PREFETCH_BYTES, _MM_HINT_T0);
                 wv[p] = lookup_pair(table_u, ba + wb - 16, bb + wb - 16);
                 dw[p] = pair_ps(wscale32(f, ba), wscale32(f, bb));
             }
@@ -149,6 +151,8 @@ INLINE void pairs_dot(int f, int np, int nr, int64_t n, const uint8_t *const w[2
             UNROLL for (int p = 0; p < np; p++) {
                 k[2 * p] = (const block_iq4_xs *)(w[2 * p] + (size_t)b * wb);
                 k[2 * p + 1] = (const block_iq4_xs *)(w[2 * p + 1] + (size_t)b * wb);
+                prefetch_lines((const uint8_t *)k[2 * p] + PREFETCH_BYTES, (int)wb);
+                prefetch_lines((const uint8_t *)k[2 * p + 1] + PREFETCH_BYTES, (int)wb);
                 sc[p] = xs_scales(k[2 * p], k[2 * p + 1]);
                 fp16_t ha, hb;
                 memcpy(&ha, &k[2 * p]->d, sizeof ha);
