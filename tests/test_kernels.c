@@ -22,6 +22,9 @@
 #include "base/rng.h"
 #include "tensor/attend.h"
 #include "tensor/fp16.h"
+#if defined(__x86_64__)
+#include "tensor/kernels_isa.h"   /* one ISA's kernels beside another's */
+#endif
 #include "tensor/matmul.h"
 #include "tensor/pool.h"
 #include "tensor/types.h"
@@ -412,6 +415,48 @@ TEST(kernels_tile_any_split)
     }
 }
 
+/* n_w weight rows of `type` (random levels in every third, an offset in
+ * every other) and n_x activation rows in its vec_dot_type (an offset in
+ * every fourth), n elements each, packed at w and xq. */
+static void make_rows(rng_state *r, int type, int64_t n, int n_w, uint8_t *w, int n_x, uint8_t *xq)
+{
+    const int at = tensor_type_traits_ref(type)->vec_dot_type;
+    const size_t wrb = tensor_row_bytes(type, n), xrb = tensor_row_bytes(at, n);
+    float *x = xmalloc((size_t)n * sizeof(float));
+    for (int i = 0; i < n_w; i++)
+        make_weights(r, type, n, i % 3 == 2, 1.0f, i % 2 ? 0.2f : 0.0f, w + i * wrb);
+    for (int j = 0; j < n_x; j++) {
+        fill_normal(r, x, n, 1.0f, j % 4 == 1 ? 0.5f : 0.0f);
+        tensor_type_traits_ref(at)->from_float(x, xq + j * xrb, n);
+    }
+    free(x);
+}
+
+/* tile on n_w weight rows (wrb apart) against n_x of the nx_max rows xt
+ * (prb apart) gives every output dot's bits on the unprepared rows xq (xrb
+ * apart), and writes nothing for rows n_x.. (y: nx_max x n_w outputs). */
+static void check_tile_rows(const char *name, vec_dot_tile_fn tile, vec_dot_fn dot, int64_t n,
+                            const uint8_t *w, size_t wrb, int n_w, const uint8_t *xt, size_t prb,
+                            const uint8_t *xq, size_t xrb, int n_x, int nx_max, float *y)
+{
+    for (int i = 0; i < n_w * nx_max; i++)
+        y[i] = -1.0f;
+    tile(n, w, wrb, n_w, xt, prb, n_x, y, (size_t)n_w);
+    for (int j = 0; j < nx_max; j++)
+        for (int i = 0; i < n_w; i++) {
+            const float got = y[j * n_w + i];
+            if (j >= n_x) {
+                if (got != -1.0f)
+                    FAIL("%s tile of %d rows wrote output (%d, %d) of row %d", name, n_x, i, j, j);
+                continue;
+            }
+            const float want = dot(w + i * wrb, xq + j * xrb, n);
+            if (fp32_bits(got) != fp32_bits(want))
+                FAIL("%s n=%lld tile of %d activation rows: output (%d, %d) is %.9g, vec_dot %.9g",
+                     name, (long long)n, n_x, i, j, got, want);
+        }
+}
+
 /* Batched generation: a tile of any number of activation rows (the
  * kernels for a few rows up to some count, the packed prompt kernels
  * beyond, a lone row's own path) gives every output vec_dot's bits, on rows
@@ -433,42 +478,87 @@ TEST(kernels_tile_batch_sizes)
         const size_t wrb = tensor_row_bytes(type, n), xrb = tensor_row_bytes(at, n);
         const size_t prb = tensor_tile_x_bytes(a, n);
         uint8_t *w = xmalloc(wrb * NW), *xq = xmalloc(xrb * NX), *xt = xmalloc(prb * NX);
-        float *x = xmalloc((size_t)n * sizeof(float)), *y = xmalloc(sizeof(float) * NW * NX);
-        for (int i = 0; i < NW; i++)
-            make_weights(&r, type, n, i % 3 == 2, 1.0f, i % 2 ? 0.2f : 0.0f, w + i * wrb);
+        float *y = xmalloc(sizeof(float) * NW * NX);
+        make_rows(&r, type, n, NW, w, NX, xq);
         for (int j = 0; j < NX; j++) {
-            fill_normal(&r, x, n, 1.0f, j % 4 == 1 ? 0.5f : 0.0f);
-            tensor_type_traits_ref(at)->from_float(x, xq + j * xrb, n);
             if (a->tile_x_block_bytes)
                 a->tile_x_prep(xq + j * xrb, xt + j * prb, n);
             else
                 memcpy(xt + j * prb, xq + j * xrb, xrb);
         }
-        for (int n_x = 1; n_x <= NX; n_x++) {
-            for (int i = 0; i < NW * NX; i++)
-                y[i] = -1.0f;
-            a->vec_dot_tile(n, w, wrb, NW, xt, prb, n_x, y, NW);
-            for (int j = 0; j < NX; j++)
-                for (int i = 0; i < NW; i++) {
-                    const float got = y[j * NW + i];
-                    if (j >= n_x) {
-                        if (got != -1.0f)
-                            FAIL("%s tile of %d rows wrote output (%d, %d) of row %d", a->name,
-                                 n_x, i, j, j);
-                        continue;
-                    }
-                    const float want = a->vec_dot(w + i * wrb, xq + j * xrb, n);
-                    if (fp32_bits(got) != fp32_bits(want))
-                        FAIL("%s tile of %d activation rows: output (%d, %d) is %.9g, vec_dot %.9g",
-                             a->name, n_x, i, j, got, want);
-                }
-        }
+        for (int n_x = 1; n_x <= NX; n_x++)
+            check_tile_rows(a->name, a->vec_dot_tile, a->vec_dot, n, w, wrb, NW, xt, prb, xq, xrb,
+                            n_x, NX, y);
         free(w);
         free(xq);
         free(xt);
-        free(x);
         free(y);
     }
+}
+
+/* The AVX-512 kernels of IQ4_NL, MXFP4 and IQ4_XS give the AVX2 kernels'
+ * bits (quant_iq_avx512.c keeps their float chain): vec_dot, and the tile
+ * on 19 weight rows (odd, ragged against passes of 8 and 4) against 1..33
+ * activation rows, at several block counts, on quantiser output and random
+ * levels, with activation bytes of -128 in some rows (which the quantiser
+ * never writes but the kernels must read as -128). */
+TEST(kernels_iq_avx512_matches_avx2)
+{
+#if defined(__x86_64__)
+    if (!(cpu_has(CPU_AVX2) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C) && cpu_has(CPU_AVX512F) &&
+          cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512VL) && cpu_has(CPU_AVX512VNNI)))
+        SKIP("this CPU lacks AVX2 or AVX-512 F/BW/VL/VNNI");
+    static tensor_traits t2[TT_COUNT], t5[TT_COUNT];
+    for (int t = 0; t < TT_COUNT; t++)
+        t2[t] = t5[t] = *tensor_type_traits_ref(t);
+    tensor__kernels_iq_avx2(t2);
+    tensor__kernels_iq_avx512(t5);
+    static const int types[] = { TT_IQ4_NL, TT_MXFP4, TT_IQ4_XS };
+    static const int n_blocks[] = { 1, 2, 3, 7, 17 };
+    enum { NW = 19, NX = 33 };
+    rng_state r;
+    rng_seed(&r, 512);
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const int type = types[k], at = tensor_type_traits_ref(type)->vec_dot_type;
+        const tensor_traits *a2 = &t2[type], *a5 = &t5[type];
+        printf("  %s\n", a5->name);
+        CHECK(a5->vec_dot != a2->vec_dot && a5->vec_dot_tile != a2->vec_dot_tile);
+        for (size_t s = 0; s < sizeof n_blocks / sizeof n_blocks[0]; s++) {
+            const int64_t n = n_blocks[s] * tensor_type_traits_ref(type)->block_size;
+            const size_t wrb = tensor_row_bytes(type, n), xrb = tensor_row_bytes(at, n);
+            uint8_t *w = xmalloc(wrb * NW), *xq = xmalloc(xrb * NX);
+            float *y = xmalloc(sizeof(float) * NW * NX);
+            make_rows(&r, type, n, NW, w, NX, xq);
+            const int64_t qk = at == TT_Q8_K ? QK_K : 32;
+            const size_t xbb = tensor_type_traits_ref(at)->block_bytes;
+            const size_t qs = at == TT_Q8_K ? offsetof(block_q8_K, qs) : offsetof(block_q8_0, qs);
+            for (int j = 2; j < NX; j += 3)   /* every 5th quant -128 */
+                for (int64_t e = 0; e < n; e += 5)
+                    xq[j * xrb + (size_t)(e / qk) * xbb + qs + (size_t)(e % qk)] = 0x80;
+            /* the tile against AVX2's vec_dot, then vec_dot against it */
+            for (int n_x = 1; n_x <= NX; n_x++)
+                check_tile_rows("AVX-512 vs AVX2", a5->vec_dot_tile, a2->vec_dot, n, w, wrb, NW,
+                                xq, xrb, xq, xrb, n_x, NX, y);
+            check_tile_rows("AVX-512 vs AVX2", a2->vec_dot_tile, a5->vec_dot, n, w, wrb, NW, xq,
+                            xrb, xq, xrb, NX, NX, y);
+            /* and both near the reference, -128 bytes included */
+            for (int j = 0; j < NX; j += 5)
+                for (int i = 0; i < NW; i += 3) {
+                    const double want = tensor_type_traits_ref(type)->vec_dot(w + i * wrb, xq + j * xrb, n);
+                    const double got = a5->vec_dot(w + i * wrb, xq + j * xrb, n);
+                    const double tol = dot_tol(type, n, dot_magnitude(type, w + i * wrb, at, xq + j * xrb, n));
+                    if (!(fabs(got - want) <= tol))
+                        FAIL("%s n=%lld (%d, %d): %.9g, reference %.9g (tol %.3g)", a5->name,
+                             (long long)n, i, j, got, want, tol);
+                }
+            free(w);
+            free(xq);
+            free(y);
+        }
+    }
+#else
+    SKIP("x86-64 kernels");
+#endif
 }
 
 /* ---- matmul -------------------------------------------------------------- */

@@ -36,6 +36,9 @@ void tensor__kernels_avx512(tensor_traits *table, int q8_tile);
 /* Q2_K and Q3_K (quant_klow_avx512.c): vec_dot and vec_dot_tile, faster
  * than the AVX2 ones at every batch size measured; called by the above. */
 void tensor__kernels_klow_avx512(tensor_traits *table);
+/* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx512.c): vec_dot and vec_dot_tile,
+ * called by the above (all measured faster than the AVX2 ones). */
+void tensor__kernels_iq_avx512(tensor_traits *table);
 
 /* arm64 NEON; `has_dotprod` when the CPU has the SDOT/UDOT instructions. */
 void tensor__kernels_neon(tensor_traits *table, int has_dotprod);

@@ -4,9 +4,10 @@
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (the
  * Makefile's *_avx512.c rule) and only called after the CPU probe found
  * all four; tensor__kernels_avx512 runs after tensor__kernels_avx2 and
- * replaces only these two types' dot products (and their tile_x_prep,
- * whose layout the kernels here read), then has quant_klow_avx512.c
- * replace Q2_K's and Q3_K's.
+ * replaces these two types' dot products (and their tile_x_prep, whose
+ * layout the kernels here read), then has quant_klow_avx512.c replace
+ * Q2_K's and Q3_K's and quant_iq_avx512.c those of IQ4_NL, IQ4_XS and
+ * MXFP4.
  *
  * The float arithmetic of every output is exactly that of quant_tile_avx2.c
  * (same operations, same order, per output), only the integer sums, which
@@ -394,6 +395,7 @@ void tensor__kernels_avx512(tensor_traits *table, int q8_tile)
      * the repacked layout's AVX2 kernel (quant_q8r8_avx2.c) was not */
     table[TT_Q8_0_R8].vec_dot_tile = NULL;
     tensor__kernels_klow_avx512(table);
+    tensor__kernels_iq_avx512(table);
     if (!q8_tile)
         return;
     table[TT_Q8_0].vec_dot_tile = q8_0_tile;

@@ -20,6 +20,10 @@
  * each with its own accumulator; every output sees the same operations in
  * the same order as vec_dot (which is the one-row case of the same code), so
  * results are the same bits whatever the tile, thread split or batch.
+ *
+ * On CPUs with AVX-512 F/BW/VL/VNNI quant_iq_avx512.c replaces all six
+ * entries (measured faster at 1, 8 and 32 activation rows); it keeps the
+ * float chain here, so both give the same bits.
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -28,12 +32,11 @@
 #include "tensor/kernels_isa.h"
 #include "tensor/quant_ref.h"
 #include "tensor/simd_x86.h"
+#include "tensor/quant_iq_x86.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-
-enum { F_IQ4_NL, F_MXFP4, F_IQ4_XS };
 
 /* Activation rows one weight block meets in a pass. */
 enum { XR = 4 };
@@ -59,25 +62,7 @@ INLINE __m256i mul_pairs(__m256i w, __m256i x)
     return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(w, x));
 }
 
-INLINE size_t wblock_bytes(int f)
-{
-    return f == F_IQ4_NL ? sizeof(block_iq4_nl) : f == F_MXFP4 ? sizeof(block_mxfp4)
-                                                               : sizeof(block_iq4_xs);
-}
-
-INLINE size_t xblock_bytes(int f) { return f == F_IQ4_XS ? sizeof(block_q8_K) : sizeof(block_q8_0); }
-
 /* ---- one weight row against nr (<= XR) activation rows ------------------- */
-
-/* The weight scale of a 32-element block. */
-INLINE float wscale32(int f, const uint8_t *blk)
-{
-    if (f == F_MXFP4)
-        return tensor__e8m0_half(blk[0]);
-    fp16_t h;
-    memcpy(&h, blk, sizeof h);
-    return h2f(h);
-}
 
 INLINE void rows_dot(int f, int64_t n, const uint8_t *w, const uint8_t *const x[XR], int nr,
                      float out[XR])
@@ -167,27 +152,4 @@ INLINE void tile(int f, int64_t n, const void *w, size_t w_stride, int n_w, cons
     }
 }
 
-#define DEFINE_FORMAT(name, f)                                                           \
-    static float name##_vec_dot(const void *w, const void *x, int64_t n)                 \
-    {                                                                                    \
-        return vec_dot(f, w, x, n);                                                      \
-    }                                                                                    \
-    static void name##_tile(int64_t n, const void *w, size_t w_stride, int n_w,          \
-                            const void *x, size_t x_stride, int n_x, float *y, size_t ldy) \
-    {                                                                                    \
-        tile(f, n, w, w_stride, n_w, x, x_stride, n_x, y, ldy);                          \
-    }
-
-DEFINE_FORMAT(iq4_nl, F_IQ4_NL)
-DEFINE_FORMAT(mxfp4, F_MXFP4)
-DEFINE_FORMAT(iq4_xs, F_IQ4_XS)
-
-void tensor__kernels_iq_avx2(tensor_traits *table)
-{
-    table[TT_IQ4_NL].vec_dot = iq4_nl_vec_dot;
-    table[TT_IQ4_NL].vec_dot_tile = iq4_nl_tile;
-    table[TT_MXFP4].vec_dot = mxfp4_vec_dot;
-    table[TT_MXFP4].vec_dot_tile = mxfp4_tile;
-    table[TT_IQ4_XS].vec_dot = iq4_xs_vec_dot;
-    table[TT_IQ4_XS].vec_dot_tile = iq4_xs_tile;
-}
+DEFINE_IQ_KERNELS(tensor__kernels_iq_avx2)
