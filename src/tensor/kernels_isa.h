@@ -31,9 +31,11 @@ double tensor__sum_exp_avx2(const float *x, size_t n, float shift);
 /* x86-64 with AVX-512 F, BW, VL and VNNI (quant_avx512.c): the Q4_0 and
  * Q8_0 dot products (vec_dot, vec_dot_tile, tile_x_prep), installed over
  * the AVX2 set's; Q8_0's tile only with `q8_tile` (no faster than the
- * AVX-VNNI one, so chosen where that is missing). */
+ * AVX-VNNI one, so chosen where that is missing).  It installs the tiles
+ * of repacked Q4_K and Q6_K (q4k_r8_avx512.c, q6k_r8_avx512.c) too. */
 void tensor__kernels_avx512(tensor_traits *table, int q8_tile);
 void tensor__kernels_q4k_r8_avx512(tensor_traits *table);   /* Q4_K_R8 tile */
+void tensor__kernels_q6k_r8_avx512(tensor_traits *table);   /* Q6_K_R8 tile */
 
 /* arm64 NEON; `has_dotprod` when the CPU has the SDOT/UDOT instructions. */
 void tensor__kernels_neon(tensor_traits *table, int has_dotprod);

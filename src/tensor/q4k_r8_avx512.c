@@ -33,20 +33,6 @@
 enum { R8_J = 4 };   /* activation rows per pass over a pair's weights */
 enum { PF_AHEAD = PREFETCH_BYTES / Q4K_R8_GROUP_BYTES };   /* super-blocks (simd_x86.h) */
 
-/* 32 bytes at a (lanes 0..7) and at b (lanes 8..15). */
-INLINE __m512i load_pair(const uint8_t *a, const uint8_t *b)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
-                              _mm256_loadu_si256((const __m256i *)b), 1);
-}
-
-INLINE __m512i bcast4_512(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm512_set1_epi32(v);
-}
-
 /* Byte `i` of each 32-bit lane of v, zero-extended: (scale, 0) as the
  * lane's two 16-bit halves, VPDPWSSD's multiplier of a sum held in the low
  * half.  `both`: the byte in both halves, for a pair of 16-bit sums. */
@@ -59,10 +45,10 @@ INLINE __m512i lane_byte(__m512i v, int i, int both)
     return _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(idx));
 }
 
-/* The 16 rows of the groups at g0, g1 against J activation rows (x, xs
- * apart), over nb super-blocks; y[j * ldy + r] the results (r < 8 only
- * when `half`). */
-INLINE void pair_dot(int J, int64_t nb, const uint8_t *g0, const uint8_t *g1, int half,
+/* The rows of the groups at g0, g1 (g1 == g0 for a lone group) against J
+ * activation rows (x, xs apart), over nb super-blocks; y[j * ldy + r] the
+ * results for the rows r in `rows` (a bit each). */
+INLINE void pair_dot(int J, int64_t nb, const uint8_t *g0, const uint8_t *g1, __mmask16 rows,
                      const uint8_t *x, size_t xs, float *y, size_t ldy)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f);
@@ -72,13 +58,13 @@ INLINE void pair_dot(int J, int64_t nb, const uint8_t *g0, const uint8_t *g1, in
         acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, g0 += Q4K_R8_GROUP_BYTES, g1 += Q4K_R8_GROUP_BYTES) {
         prefetch_lines(g0 + PF_AHEAD * Q4K_R8_GROUP_BYTES, Q4K_R8_GROUP_BYTES);
-        if (!half)
+        if (g1 != g0)
             prefetch_lines(g1 + PF_AHEAD * Q4K_R8_GROUP_BYTES, Q4K_R8_GROUP_BYTES);
         /* scales and minimums, lane r = row r, byte s of sc_lo/sc_hi =
          * sub-block s / s + 4 (k4_scales) */
-        const __m512i w0 = load_pair(g0 + 32, g1 + 32);
-        const __m512i w1 = load_pair(g0 + 64, g1 + 64);
-        const __m512i w2 = load_pair(g0 + 96, g1 + 96);
+        const __m512i w0 = load_pair(g0, g1, 32);
+        const __m512i w1 = load_pair(g0, g1, 64);
+        const __m512i w2 = load_pair(g0, g1, 96);
         const __m512i sc_lo = _mm512_and_si512(w0, m6), mn_lo = _mm512_and_si512(w1, m6);
         const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(w2, m4),
             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), m2), 4));
@@ -96,7 +82,7 @@ INLINE void pair_dot(int J, int64_t nb, const uint8_t *g0, const uint8_t *g1, in
                     sa[j] = sb[j] = _mm512_setzero_si512();
                 UNROLL for (int k = k0; k < k0 + 4; k++) {
                     const int c = 128 + 32 * (8 * p + k);
-                    const __m512i L = load_pair(g0 + c, g1 + c);
+                    const __m512i L = load_pair(g0, g1, c);
                     const __m512i wa = _mm512_and_si512(L, m4);
                     const __m512i wb = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
                     UNROLL for (int j = 0; j < J; j++) {
@@ -117,51 +103,18 @@ INLINE void pair_dot(int J, int64_t nb, const uint8_t *g0, const uint8_t *g1, in
                 off[j] = _mm512_dpwssd_epi32(off[j], mv, bcast4_512(&xb->bsums[2 * s]));
             }
         }
-        const __m512 dv = _mm512_cvtph_ps(_mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)g0)),
-            _mm_loadu_si128((const __m128i *)g1), 1));
-        const __m512 dminv = _mm512_cvtph_ps(_mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(g0 + 16))),
-            _mm_loadu_si128((const __m128i *)(g1 + 16)), 1));
+        const __m512 dv = load_pair_ph(g0, g1, 0), dminv = load_pair_ph(g0, g1, 16);
         UNROLL for (int j = 0; j < J; j++) {
             const __m512 dx = _mm512_set1_ps(((const block_q8_K *)(x + (size_t)j * xs) + b)->d);
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dv, dx), acc[j]);
             acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(off[j]), _mm512_mul_ps(dminv, dx), acc[j]);
         }
     }
-    UNROLL for (int j = 0; j < J; j++) {
-        if (half)
-            _mm256_storeu_ps(y + (size_t)j * ldy, _mm512_castps512_ps256(acc[j]));
-        else
-            _mm512_storeu_ps(y + (size_t)j * ldy, acc[j]);
-    }
+    UNROLL for (int j = 0; j < J; j++)
+        _mm512_mask_storeu_ps(y + (size_t)j * ldy, rows, acc[j]);
 }
 
-/* vec_dot_tile (types.h) of TT_Q4_K_R8: n_w is a multiple of 8 and w the
- * start of a group; ws is Q4_K's row size.  Activation rows go R8_J at a
- * time through all the groups, two by two, so a panel's weights are reused
- * from the cache by the next rows while those rows' blocks stay in L1. */
-static void q4_K_r8_tile(int64_t n, const void *w, size_t ws, int n_w, const void *x,
-                         size_t xs, int n_x, float *y, size_t ldy)
-{
-    const int64_t nb = n / QK_K;
-    for (int j0 = 0; j0 < n_x; j0 += R8_J) {
-        const int J = n_x - j0 < R8_J ? n_x - j0 : R8_J;
-        const uint8_t *xj = (const uint8_t *)x + (size_t)j0 * xs;
-        for (int i = 0; i < n_w; i += 16) {
-            const uint8_t *g0 = (const uint8_t *)w + (size_t)i * ws;
-            const int half = n_w - i < 16;
-            const uint8_t *g1 = half ? g0 : g0 + 8 * ws;
-            float *yo = y + (size_t)j0 * ldy + i;
-            switch (J) {
-            case 1: pair_dot(1, nb, g0, g1, half, xj, xs, yo, ldy); break;
-            case 2: pair_dot(2, nb, g0, g1, half, xj, xs, yo, ldy); break;
-            case 3: pair_dot(3, nb, g0, g1, half, xj, xs, yo, ldy); break;
-            default: pair_dot(R8_J, nb, g0, g1, half, xj, xs, yo, ldy); break;
-            }
-        }
-    }
-}
+DEFINE_PAIR_TILE(q4_K_r8_tile, pair_dot, R8_J)   /* vec_dot_tile of TT_Q4_K_R8 */
 
 void tensor__kernels_q4k_r8_avx512(tensor_traits *table)
 {
