@@ -16,7 +16,7 @@ void tensor__kernels_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_q4r8_avx2(tensor_traits *table, int use_vnni);   /* repacked Q4_0 */
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
-void tensor__kernels_q4k_r8_avx2(tensor_traits *table);   /* Q4_K_R8 tile */
+void tensor__kernels_q4k_r8_avx2(tensor_traits *table, int use_vnni);   /* Q4_K_R8 tile */
 void tensor__kernels_q8r8_avx2(tensor_traits *table);     /* Q8_0_R8 tile */
 void tensor__kernels_q6k_r8_avx2(tensor_traits *table);   /* Q6_K_R8 tile */
 void tensor__kernels_klow_avx2(tensor_traits *table);   /* Q2_K, Q3_K */
