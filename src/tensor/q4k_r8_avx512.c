@@ -30,7 +30,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-enum { R8_J = 4 };   /* activation rows per pass over a pair's weights */
+enum { R8_J = 8 };   /* activation rows per pass over a pair's weights */
 enum { PF_AHEAD = PREFETCH_BYTES / Q4K_R8_GROUP_BYTES };   /* super-blocks (simd_x86.h) */
 
 /* Byte `i` of each 32-bit lane of v, zero-extended: (scale, 0) as the

@@ -32,7 +32,7 @@
 #endif
 
 enum { PF_AHEAD = PREFETCH_BYTES / Q6K_R8_GROUP_BYTES };   /* super-blocks (simd_x86.h) */
-enum { R8_J = 4 };   /* activation rows per pass over a pair's weights */
+enum { R8_J = 8 };   /* activation rows per pass over a pair's weights */
 
 /* Byte a of each 32-bit lane of v, sign-extended to the lane: the rows'
  * multipliers for VPMULLD. */

@@ -177,12 +177,13 @@ INLINE __m512i bcast4_512(const void *p)
 /* vec_dot_tile (types.h) NAME of a repacked K-quant whose groups are
  * GROUP_BYTES per super-block, from PAIR_DOT(J, nb, g0, g1, rows, x, xs,
  * y, ldy): the rows of the groups at g0 and g1 (g1 == g0 for a lone group)
- * against J <= RJ activation rows, storing the outputs of the rows whose
+ * against J <= RJ (at most 8) activation rows, storing the outputs of the rows whose
  * bit is set in `rows`.  w starts a group, ws is the file type's row size,
  * n_w rows (a last group may be used in part; its bytes exist whole).
  * Activation rows go RJ at a time through all the groups, two by two, so a
  * panel's weights are reused from the cache by the next rows while those
  * rows' blocks stay in L1. */
+#define PAIR_J(c, RJ) ((c) < (RJ) ? (c) : (RJ))
 #define DEFINE_PAIR_TILE(NAME, PAIR_DOT, RJ)                                                  \
     static void NAME(int64_t n, const void *w, size_t ws, int n_w, const void *x, size_t xs, \
                      int n_x, float *y, size_t ldy)                                           \
@@ -197,10 +198,14 @@ INLINE __m512i bcast4_512(const void *p)
                 const uint8_t *g0 = (const uint8_t *)w + (size_t)i * ws;                      \
                 const uint8_t *g1 = nr > 8 ? g0 + 8 * ws : g0;                                \
                 float *yo = y + (size_t)j0 * ldy + i;                                         \
-                switch (J) {                                                                  \
+                switch (J) {   /* J <= RJ <= 8; cases above RJ are never taken */         \
                 case 1: PAIR_DOT(1, nb, g0, g1, rows, xj, xs, yo, ldy); break;                \
-                case 2: PAIR_DOT(2, nb, g0, g1, rows, xj, xs, yo, ldy); break;                \
-                case 3: PAIR_DOT(3, nb, g0, g1, rows, xj, xs, yo, ldy); break;                \
+                case 2: PAIR_DOT(PAIR_J(2, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                case 3: PAIR_DOT(PAIR_J(3, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                case 4: PAIR_DOT(PAIR_J(4, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                case 5: PAIR_DOT(PAIR_J(5, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                case 6: PAIR_DOT(PAIR_J(6, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                case 7: PAIR_DOT(PAIR_J(7, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
                 default: PAIR_DOT((RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;            \
                 }                                                                             \
             }                                                                                 \
