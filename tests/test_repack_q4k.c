@@ -70,7 +70,8 @@ TEST(repack_q4k_tile_bits)
     rng_state r;
     rng_seed(&r, 909);
     static const int64_t ns[] = { QK_K, 3 * QK_K, 9 * QK_K };
-    static const int nws[] = { 8, 24 };
+    /* one group, a pair of groups (AVX-512: one zmm), a pair and a lone group */
+    static const int nws[] = { 8, 16, 24 };
     enum { NX = 35 };
     for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++)
         for (size_t d = 0; d < sizeof nws / sizeof nws[0]; d++) {

@@ -84,7 +84,9 @@ TEST(repack_q6k_tile_bits)
     rng_state r;
     rng_seed(&r, 1707);
     static const int64_t ns[] = { QK_K, 3 * QK_K, 11 * QK_K, 129 * QK_K };
-    static const int nws[] = { 8, 13, 24 };
+    /* AVX-512 takes groups two by two: a lone group, a pair used in part,
+     * a pair and a lone group, a whole pair then one used in part */
+    static const int nws[] = { 8, 13, 24, 29 };
     enum { NX = 35 };
     for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++)
         for (size_t d = 0; d < sizeof nws / sizeof nws[0]; d++) {

@@ -16,7 +16,7 @@ void tensor__kernels_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_q4r8_avx2(tensor_traits *table, int use_vnni);   /* repacked Q4_0 */
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
-void tensor__kernels_q4k_r8_avx2(tensor_traits *table);   /* Q4_K_R8 tile */
+void tensor__kernels_q4k_r8_avx2(tensor_traits *table, int use_vnni);   /* Q4_K_R8 tile */
 void tensor__kernels_q8r8_avx2(tensor_traits *table);     /* Q8_0_R8 tile */
 void tensor__kernels_q6k_r8_avx2(tensor_traits *table);   /* Q6_K_R8 tile */
 void tensor__kernels_klow_avx2(tensor_traits *table);   /* Q2_K, Q3_K */
@@ -31,7 +31,8 @@ double tensor__sum_exp_avx2(const float *x, size_t n, float shift);
 /* x86-64 with AVX-512 F, BW, VL and VNNI (quant_avx512.c): the Q4_0 and
  * Q8_0 dot products (vec_dot, vec_dot_tile, tile_x_prep), installed over
  * the AVX2 set's; Q8_0's tile only with `q8_tile` (no faster than the
- * AVX-VNNI one, so chosen where that is missing). */
+ * AVX-VNNI one, so chosen where that is missing).  It installs the tiles
+ * of repacked Q4_K and Q6_K (q4k_r8_avx512.c, q6k_r8_avx512.c) too. */
 void tensor__kernels_avx512(tensor_traits *table, int q8_tile);
 /* Q2_K and Q3_K (quant_klow_avx512.c): vec_dot and vec_dot_tile, faster
  * than the AVX2 ones at every batch size measured; called by the above. */
@@ -39,6 +40,8 @@ void tensor__kernels_klow_avx512(tensor_traits *table);
 /* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx512.c): vec_dot and vec_dot_tile,
  * called by the above (all measured faster than the AVX2 ones). */
 void tensor__kernels_iq_avx512(tensor_traits *table);
+void tensor__kernels_q4k_r8_avx512(tensor_traits *table);   /* Q4_K_R8 tile */
+void tensor__kernels_q6k_r8_avx512(tensor_traits *table);   /* Q6_K_R8 tile */
 
 /* arm64 NEON; `has_dotprod` when the CPU has the SDOT/UDOT instructions. */
 void tensor__kernels_neon(tensor_traits *table, int has_dotprod);

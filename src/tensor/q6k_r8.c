@@ -1,6 +1,6 @@
 /* q6k_r8.c - the reference repacking of Q6_K rows into TT_Q6_K_R8 and
  * back (layout in q6k_r8.h).  The products exist only as SIMD tile kernels
- * (q6k_r8_avx2.c), and a matrix is repacked only where one is installed;
+ * (q6k_r8_avx2.c, q6k_r8_avx512.c), and a matrix is repacked only where one is installed;
  * this file is plain C so that every build can make and check the layout. */
 #include "tensor/q6k_r8.h"
 

@@ -15,7 +15,9 @@
  * kernels (quant_k_avx2.c) spend 2 per row and a transposing add at a few
  * activation rows and re-pack the 8 rows on every call for more.  The
  * weights of a group are read once, as one forward stream, for up to R8_J
- * activation rows.
+ * activation rows.  Installed on AVX2 CPUs without AVX-VNNI (with it,
+ * Q6_K keeps quant_k_avx2.c's VPDPBUSD kernels: quant_avx2.c); on CPUs
+ * with AVX-512 VNNI q6k_r8_avx512.c's kernel is installed.
  *
  * Results: the integer sums are exact, and the float chain is krow_dot's
  * for Q6_K (acc = fma(isum, d * d_x, acc), super-block after super-block),

@@ -6,8 +6,9 @@
  * all four; tensor__kernels_avx512 runs after tensor__kernels_avx2 and
  * replaces these two types' dot products (and their tile_x_prep, whose
  * layout the kernels here read), then has quant_klow_avx512.c replace
- * Q2_K's and Q3_K's and quant_iq_avx512.c those of IQ4_NL, IQ4_XS and
- * MXFP4.
+ * Q2_K's and Q3_K's, quant_iq_avx512.c those of IQ4_NL, IQ4_XS and MXFP4,
+ * and q4k_r8_avx512.c and q6k_r8_avx512.c install the tiles of repacked
+ * Q4_K and Q6_K.
  *
  * The float arithmetic of every output is exactly that of quant_tile_avx2.c
  * (same operations, same order, per output), only the integer sums, which
@@ -391,6 +392,8 @@ void tensor__kernels_avx512(tensor_traits *table, int q8_tile)
     table[TT_Q4_0].tile_x_block_bytes = XP_BYTES;
     table[TT_Q4_0].tile_x_prep = q4_0_prep;
     table[TT_Q8_0].vec_dot = q8_0_vec_dot;
+    tensor__kernels_q4k_r8_avx512(table);
+    tensor__kernels_q6k_r8_avx512(table);
     /* Q8_0 stays as in the file here: its AVX-512 kernels were measured,
      * the repacked layout's AVX2 kernel (quant_q8r8_avx2.c) was not */
     table[TT_Q8_0_R8].vec_dot_tile = NULL;

@@ -201,4 +201,70 @@ INLINE __m512i sum16x8(const __m512i v[8])
 
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+/* ---- the *_avx512.c files' repacked K-quant tiles (q4k_r8_avx512.c,
+ * q6k_r8_avx512.c): a zmm holds two 8-row groups side by side, lane r =
+ * row r of the pair. */
+
+/* 32 bytes at a + o (lanes 0..7) and at b + o (lanes 8..15). */
+INLINE __m512i load_pair(const uint8_t *a, const uint8_t *b, int o)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + o))),
+                              _mm256_loadu_si256((const __m256i *)(b + o)), 1);
+}
+
+/* 8 fp16 at a + o and 8 at b + o as 16 floats. */
+INLINE __m512 load_pair_ph(const uint8_t *a, const uint8_t *b, int o)
+{
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + o))),
+        _mm_loadu_si128((const __m128i *)(b + o)), 1));
+}
+
+INLINE __m512i bcast4_512(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+/* vec_dot_tile (types.h) NAME of a repacked K-quant whose groups are
+ * GROUP_BYTES per super-block, from PAIR_DOT(J, nb, g0, g1, rows, x, xs,
+ * y, ldy): the rows of the groups at g0 and g1 (g1 == g0 for a lone group)
+ * against J <= RJ (at most 8) activation rows, storing the outputs of the rows whose
+ * bit is set in `rows`.  w starts a group, ws is the file type's row size,
+ * n_w rows (a last group may be used in part; its bytes exist whole).
+ * Activation rows go RJ at a time through all the groups, two by two, so a
+ * panel's weights are reused from the cache by the next rows while those
+ * rows' blocks stay in L1. */
+#define PAIR_J(c, RJ) ((c) < (RJ) ? (c) : (RJ))
+#define DEFINE_PAIR_TILE(NAME, PAIR_DOT, RJ)                                                  \
+    static void NAME(int64_t n, const void *w, size_t ws, int n_w, const void *x, size_t xs, \
+                     int n_x, float *y, size_t ldy)                                           \
+    {                                                                                         \
+        const int64_t nb = n / QK_K;                                                          \
+        for (int j0 = 0; j0 < n_x; j0 += (RJ)) {                                              \
+            const int J = n_x - j0 < (RJ) ? n_x - j0 : (RJ);                                  \
+            const uint8_t *xj = (const uint8_t *)x + (size_t)j0 * xs;                         \
+            for (int i = 0; i < n_w; i += 16) {                                               \
+                const int nr = n_w - i < 16 ? n_w - i : 16;                                   \
+                const __mmask16 rows = (__mmask16)((1u << nr) - 1);                           \
+                const uint8_t *g0 = (const uint8_t *)w + (size_t)i * ws;                      \
+                const uint8_t *g1 = nr > 8 ? g0 + 8 * ws : g0;                                \
+                float *yo = y + (size_t)j0 * ldy + i;                                         \
+                switch (J) {   /* J <= RJ <= 8; cases above RJ are never taken */         \
+                case 1: PAIR_DOT(1, nb, g0, g1, rows, xj, xs, yo, ldy); break;                \
+                case 2: PAIR_DOT(PAIR_J(2, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                case 3: PAIR_DOT(PAIR_J(3, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                case 4: PAIR_DOT(PAIR_J(4, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                case 5: PAIR_DOT(PAIR_J(5, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                case 6: PAIR_DOT(PAIR_J(6, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                case 7: PAIR_DOT(PAIR_J(7, RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;    \
+                default: PAIR_DOT((RJ), nb, g0, g1, rows, xj, xs, yo, ldy); break;            \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    }
+#endif
+
 #endif
