@@ -33,6 +33,7 @@ double tensor__sum_exp_avx2(const float *x, size_t n, float shift);
  * the AVX2 set's; Q8_0's tile only with `q8_tile` (no faster than the
  * AVX-VNNI one, so chosen where that is missing). */
 void tensor__kernels_avx512(tensor_traits *table, int q8_tile);
+void tensor__kernels_q8r8_avx512(tensor_traits *table);   /* Q8_0_R8 tile */
 
 /* arm64 NEON; `has_dotprod` when the CPU has the SDOT/UDOT instructions. */
 void tensor__kernels_neon(tensor_traits *table, int has_dotprod);

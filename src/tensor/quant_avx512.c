@@ -411,9 +411,7 @@ void tensor__kernels_avx512(tensor_traits *table, int q8_tile)
     table[TT_Q4_0].tile_x_block_bytes = XP_BYTES;
     table[TT_Q4_0].tile_x_prep = q4_0_prep;
     table[TT_Q8_0].vec_dot = q8_0_vec_dot;
-    /* Q8_0 stays as in the file here: its AVX-512 kernels were measured,
-     * the repacked layout's AVX2 kernel (quant_q8r8_avx2.c) was not */
-    table[TT_Q8_0_R8].vec_dot_tile = NULL;
+    tensor__kernels_q8r8_avx512(table);
     if (!q8_tile)
         return;
     table[TT_Q8_0].vec_dot_tile = q8_0_tile;
