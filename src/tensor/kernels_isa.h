@@ -17,7 +17,7 @@ void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_q4r8_avx2(tensor_traits *table, int use_vnni);   /* repacked Q4_0 */
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_q4k_r8_avx2(tensor_traits *table);   /* Q4_K_R8 tile */
-void tensor__kernels_q8r8_avx2(tensor_traits *table);     /* Q8_0_R8 tile */
+void tensor__kernels_q8r8_avx2(tensor_traits *table, int use_vnni);   /* Q8_0_R8 tile */
 void tensor__kernels_q6k_r8_avx2(tensor_traits *table);   /* Q6_K_R8 tile */
 void tensor__kernels_klow_avx2(tensor_traits *table);   /* Q2_K, Q3_K */
 /* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx2.c): vec_dot and vec_dot_tile. */
@@ -31,7 +31,8 @@ double tensor__sum_exp_avx2(const float *x, size_t n, float shift);
 /* x86-64 with AVX-512 F, BW, VL and VNNI (quant_avx512.c): the Q4_0 and
  * Q8_0 dot products (vec_dot, vec_dot_tile, tile_x_prep), installed over
  * the AVX2 set's; Q8_0's tile only with `q8_tile` (no faster than the
- * AVX-VNNI one, so chosen where that is missing). */
+ * AVX-VNNI one, so chosen where that is missing); always the Q8_0_R8 tile
+ * and its activation layout (quant_q8r8_avx512.c). */
 void tensor__kernels_avx512(tensor_traits *table, int q8_tile);
 void tensor__kernels_q8r8_avx512(tensor_traits *table);   /* Q8_0_R8 tile */
 

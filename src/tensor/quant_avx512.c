@@ -5,7 +5,9 @@
  * Makefile's *_avx512.c rule) and only called after the CPU probe found
  * all four; tensor__kernels_avx512 runs after tensor__kernels_avx2 and
  * replaces only these two types' dot products (and their tile_x_prep,
- * whose layout the kernels here read).
+ * whose layout the kernels here read), and installs the tile kernel of
+ * repacked Q8_0 (quant_q8r8_avx512.c), so that Q8_0 matrices are repacked
+ * on these CPUs and the kernels here serve the rows left as in the file.
  *
  * The float arithmetic of every output is exactly that of quant_tile_avx2.c
  * (same operations, same order, per output), only the integer sums, which
