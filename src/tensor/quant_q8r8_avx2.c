@@ -24,10 +24,10 @@
  *
  * Installed by the AVX2 set (quant_avx2.c), the VPDPBUSD variant where the
  * CPU has AVX-VNNI: measured on an Intel Xeon with RACIMO_KERNELS=avx2+vnni
- * (BENCHMARKS.md, 2026-12-04) it reads one Q8_0 row 1.3-1.75x faster than
- * Q8_0's own AVX-VNNI kernels (as in the file), and 8 rows 1.6-1.8x faster
- * on 2048-long rows, 0.85x on 8192-long ones; generation decides.  With
- * AVX-512 VNNI, quant_q8r8_avx512.c replaces it.
+ * (BENCHMARKS.md, 2026-12-04) one sequence generated 2.1x faster than with
+ * Q8_0's own AVX-VNNI kernels (as in the file), 8 together 1.7x; one matrix
+ * against 8 activation rows alone took 0.8-1.8x their time, by shape and
+ * load.  With AVX-512 VNNI, quant_q8r8_avx512.c replaces it.
  */
 #include <immintrin.h>
 #include <string.h>
