@@ -18,6 +18,11 @@ void tensor__kernels_q4r8_avx2(tensor_traits *table, int use_vnni);   /* repacke
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_q4k_r8_avx2(tensor_traits *table);   /* Q4_K_R8 tile */
 void tensor__kernels_q8r8_avx2(tensor_traits *table, int use_vnni);   /* Q8_0_R8 tile */
+/* The activation layout of the VPDPBUSD Q8_0_R8 kernels, per 32-element
+ * block: the 32 bytes, 8 int32 starts (-128 x the sum of each 4 bytes), d
+ * as a float; made by tensor__q8r8_prep (quant_q8r8_avx2.c, AVX2). */
+enum { Q8R8_XP_START = 32, Q8R8_XP_D = 64, Q8R8_XP_BYTES = 68 };
+void tensor__q8r8_prep(const void *xq, void *dst, int64_t n);
 void tensor__kernels_q6k_r8_avx2(tensor_traits *table);   /* Q6_K_R8 tile */
 void tensor__kernels_klow_avx2(tensor_traits *table);   /* Q2_K, Q3_K */
 /* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx2.c): vec_dot and vec_dot_tile. */

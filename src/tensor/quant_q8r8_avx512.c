@@ -12,7 +12,8 @@
  * VPDPBUSD multiplies unsigned by signed bytes: the levels go in with 128
  * added (one XOR per chunk, shared by every activation row of a pass) and
  * each lane starts at -128 * (the sum of the 4 activation bytes), which
- * tile_x_prep computed once per activation block.  The 4-product sums are
+ * tile_x_prep (tensor__q8r8_prep, quant_q8r8_avx2.c) computed once per
+ * activation block.  The 4-product sums are
  * then exactly those Q8_0's kernels form in their lane c, without
  * saturation anywhere.
  *
@@ -22,8 +23,8 @@
  * the 8 accumulators are added in hsum_ps's order.  16 outputs share each
  * convert and FMA, the work that bounds Q8_0's row-by-row kernels.
  *
- * Activation layout (tile_x_prep), per 32-element block XP_BYTES bytes:
- * the 32 bytes as quantised, the 8 starting values (int32), d as a float.
+ * Activation layout (kernels_isa.h), per 32-element block Q8R8_XP_BYTES
+ * bytes: the 32 bytes as quantised, the 8 starts (int32), d as a float.
  * Activation rows are taken XR at a time against a pair of groups, their
  * accumulators and the pair's 8 chunks in registers; for more rows the
  * pair is read again, from cache.
@@ -36,23 +37,7 @@
 #include "tensor/quant_ref.h"
 #include "tensor/simd_x86.h"
 
-enum { XP_START = 32, XP_D = 64, XP_BYTES = 68 };
 enum { XR = 2 };   /* activation rows per pass: 8 accumulators each, 8 chunks */
-
-static void q8_0_r8_prep(const void *xq, void *dst, int64_t n)
-{
-    const __m256i k128 = _mm256_set1_epi8((char)0x80);
-    for (int64_t b = 0; b < n / QK8_0; b++) {
-        const block_q8_0 *xk = (const block_q8_0 *)xq + b;
-        uint8_t *o = (uint8_t *)dst + (size_t)b * XP_BYTES;
-        const __m256i v = _mm256_loadu_si256((const __m256i *)xk->qs);
-        _mm256_storeu_si256((__m256i *)o, v);
-        const __m256i sum128 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, v);
-        _mm256_storeu_si256((__m256i *)(o + XP_START), _mm256_sub_epi32(_mm256_setzero_si256(), sum128));
-        const float d = h2f(xk->d);
-        memcpy(o + XP_D, &d, sizeof d);
-    }
-}
 
 /* The outputs of the groups at g0 (low halves) and g1 (high halves), nb
  * blocks, against R prepared activation rows at x (xs apart): y[j]. */
@@ -76,10 +61,10 @@ INLINE void pair_rows(int R, int64_t nb, const uint8_t *g0, const uint8_t *g1, c
         const __m512 dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)g1),
                                                            _mm_loadu_si128((const __m128i *)g0)));
         UNROLL for (int j = 0; j < R; j++) {
-            const uint8_t *xk = x + (size_t)j * xs + (size_t)b * XP_BYTES;
-            const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(xk + XP_D)));
+            const uint8_t *xk = x + (size_t)j * xs + (size_t)b * Q8R8_XP_BYTES;
+            const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(xk + Q8R8_XP_D)));
             UNROLL for (int c = 0; c < 8; c++) {
-                const __m512i p = _mm512_dpbusd_epi32(_mm512_set1_epi32(load_i32(xk + XP_START + 4 * c)),
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_set1_epi32(load_i32(xk + Q8R8_XP_START + 4 * c)),
                                                       wq[c], _mm512_set1_epi32(load_i32(xk + 4 * c)));
                 acc[j][c] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(p), acc[j][c]);
             }
@@ -94,7 +79,7 @@ INLINE void pair_rows(int R, int64_t nb, const uint8_t *g0, const uint8_t *g1, c
 }
 
 /* vec_dot_tile: w at a group's first row, n_w rows (the last group may be
- * used in part), n_x activation rows prepared by q8_0_r8_prep. */
+ * used in part), n_x activation rows prepared by tensor__q8r8_prep. */
 static void q8_0_r8_tile(int64_t n, const void *w, size_t ws, int n_w, const void *x, size_t xs,
                          int n_x, float *y, size_t ldy)
 {
@@ -121,6 +106,6 @@ static void q8_0_r8_tile(int64_t n, const void *w, size_t ws, int n_w, const voi
 void tensor__kernels_q8r8_avx512(tensor_traits *table)
 {
     table[TT_Q8_0_R8].vec_dot_tile = q8_0_r8_tile;
-    table[TT_Q8_0_R8].tile_x_block_bytes = XP_BYTES;
-    table[TT_Q8_0_R8].tile_x_prep = q8_0_r8_prep;
+    table[TT_Q8_0_R8].tile_x_block_bytes = Q8R8_XP_BYTES;
+    table[TT_Q8_0_R8].tile_x_prep = tensor__q8r8_prep;
 }
