@@ -80,7 +80,7 @@ TEST(repack_q4k_tile_bits)
             const size_t rb = tensor_row_bytes(TT_Q4_K, n), xb = tensor_row_bytes(TT_Q8_K, n);
             uint8_t *w = q4k_rows(&r, NW, n, NW - 3), *xq = tile_q8k_rows(&r, NX, n);
             uint8_t *g = repack(w, NW, n);
-            tile_check_exact("Q4_K", a->vec_dot_tile, q4k->vec_dot, n, w, g, rb, NW, xq, xb, NX,
+            tile_check_exact("Q4_K", a, q4k->vec_dot, n, w, g, rb, NW, xq, xb, NX,
                              13, 11);
             free(w);
             free(xq);

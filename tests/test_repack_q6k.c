@@ -96,7 +96,7 @@ TEST(repack_q6k_tile_bits)
             /* whole groups in memory; a partial last group is used in part */
             uint8_t *w = q6k_rows(&r, groups * 8, n, NW - 2), *xq = tile_q8k_rows(&r, NX, n);
             uint8_t *g = repack(w, groups * 8, n);
-            tile_check_exact("Q6_K", a->vec_dot_tile, q6k->vec_dot, n, w, g, rb, NW, xq, xb, NX,
+            tile_check_exact("Q6_K", a, q6k->vec_dot, n, w, g, rb, NW, xq, xb, NX,
                              9, 13);
             free(w);
             free(xq);

@@ -86,8 +86,10 @@ TEST(repack_q8_tile_bits)
     const tensor_traits *a = tensor_type_traits(TT_Q8_0_R8), *q8 = tensor_type_traits(TT_Q8_0);
     rng_state r;
     rng_seed(&r, 1909);
-    static const int64_t ns[] = { QK8_0, 3 * QK8_0, 64 * QK8_0, 1030 * QK8_0 };
-    static const int nws[] = { 8, 13, 24 };
+    static const int64_t ns[] = { QK8_0, 3 * QK8_0, 5 * QK8_0, 64 * QK8_0, 1030 * QK8_0 };
+    /* a lone group, a pair used in part, whole pairs and a pair plus a lone
+     * group (the AVX-512 kernel takes groups in pairs) */
+    static const int nws[] = { 8, 13, 16, 24, 40 };
     enum { NX = 35 };
     for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++)
         for (size_t d = 0; d < sizeof nws / sizeof nws[0]; d++) {
@@ -98,8 +100,8 @@ TEST(repack_q8_tile_bits)
             /* whole groups in memory; a partial last group is used in part */
             uint8_t *w = q8_rows(&r, groups * 8, n, NW - 2), *xq = act_rows(&r, NX, n);
             uint8_t *g = repack(w, groups * 8, n);
-            tile_check_exact("Q8_0", a->vec_dot_tile, q8->vec_dot, n, w, g, rb, NW, xq, xb, NX,
-                             9, 13);
+            tile_check_exact("Q8_0", a, q8->vec_dot, n, w, g, rb, NW, xq, xb, NX,
+                             33, 2);
             free(w);
             free(xq);
             free(g);

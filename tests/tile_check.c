@@ -23,17 +23,22 @@ uint8_t *tile_q8k_rows(rng_state *r, int n_x, int64_t n)
     return xq;
 }
 
-void tile_check_exact(const char *type, vec_dot_tile_fn tile, vec_dot_fn dot, int64_t n,
+void tile_check_exact(const char *type, const tensor_traits *tile, vec_dot_fn dot, int64_t n,
                       const void *w, const void *packed, size_t row_bytes, int n_w,
                       const void *xq, size_t x_bytes, int n_x_max, int dense, int stride)
 {
     const uint8_t *wb = w, *xb = xq;
     float *y = malloc(sizeof(float) * (size_t)n_w * (size_t)n_x_max);
-    CHECK(y);
+    /* the rows in the kernel's own layout, where it has one */
+    const size_t xt_bytes = tile->tile_x_prep ? tensor_tile_x_bytes(tile, n) : x_bytes;
+    uint8_t *xt = tile->tile_x_prep ? malloc(xt_bytes * (size_t)n_x_max) : NULL;
+    CHECK(y && (xt || !tile->tile_x_prep));
+    for (int j = 0; xt && j < n_x_max; j++)
+        tile->tile_x_prep(xb + (size_t)j * x_bytes, xt + (size_t)j * xt_bytes, n);
     for (int n_x = 1; n_x <= n_x_max; n_x += n_x < dense ? 1 : stride) {
         for (int i = 0; i < n_w * n_x_max; i++)
             y[i] = -1.0f;
-        tile(n, packed, row_bytes, n_w, xq, x_bytes, n_x, y, n_w);
+        tile->vec_dot_tile(n, packed, row_bytes, n_w, xt ? (const void *)xt : xq, xt_bytes, n_x, y, n_w);
         for (int j = 0; j < n_x_max; j++)
             for (int i = 0; i < n_w; i++) {
                 const float got = y[j * n_w + i];
@@ -50,6 +55,7 @@ void tile_check_exact(const char *type, vec_dot_tile_fn tile, vec_dot_fn dot, in
             }
     }
     free(y);
+    free(xt);
 }
 
 void tile_check_layout(int type, int packed_type, const void *w, const void *packed, int64_t n,

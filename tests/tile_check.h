@@ -12,11 +12,13 @@
  * an offset on some. */
 uint8_t *tile_q8k_rows(rng_state *r, int n_x, int64_t n);
 
-/* w: n_w rows of the plain type (row_bytes apart); packed: the same rows
- * repacked; xq: n_x_max activation rows (x_bytes apart).  Activation counts
+/* tile: the repacked type's traits (its vec_dot_tile, and its tile_x_prep
+ * if it reads a layout of its own); w: n_w rows of the plain type
+ * (row_bytes apart); packed: the same rows repacked; xq: n_x_max
+ * activation rows (x_bytes apart) in the vec_dot type.  Activation counts
  * 1, 2, ... up to `dense` one by one, then every `stride`.  Fails the test
  * naming `type`, n, the rows and the output that differs. */
-void tile_check_exact(const char *type, vec_dot_tile_fn tile, vec_dot_fn dot, int64_t n,
+void tile_check_exact(const char *type, const tensor_traits *tile, vec_dot_fn dot, int64_t n,
                       const void *w, const void *packed, size_t row_bytes, int n_w,
                       const void *xq, size_t x_bytes, int n_x_max, int dense, int stride);
 

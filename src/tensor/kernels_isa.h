@@ -17,7 +17,12 @@ void tensor__kernels_tile_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_q4r8_avx2(tensor_traits *table, int use_vnni);   /* repacked Q4_0 */
 void tensor__kernels_k_avx2(tensor_traits *table, int use_vnni);
 void tensor__kernels_q4k_r8_avx2(tensor_traits *table, int use_vnni);   /* Q4_K_R8 tile */
-void tensor__kernels_q8r8_avx2(tensor_traits *table);     /* Q8_0_R8 tile */
+void tensor__kernels_q8r8_avx2(tensor_traits *table, int use_vnni);   /* Q8_0_R8 tile */
+/* The activation layout of the VPDPBUSD Q8_0_R8 kernels, per 32-element
+ * block: the 32 bytes, 8 int32 starts (-128 x the sum of each 4 bytes), d
+ * as a float; made by tensor__q8r8_prep (quant_q8r8_avx2.c, AVX2). */
+enum { Q8R8_XP_START = 32, Q8R8_XP_D = 64, Q8R8_XP_BYTES = 68 };
+void tensor__q8r8_prep(const void *xq, void *dst, int64_t n);
 void tensor__kernels_q6k_r8_avx2(tensor_traits *table);   /* Q6_K_R8 tile */
 void tensor__kernels_klow_avx2(tensor_traits *table);   /* Q2_K, Q3_K */
 /* IQ4_NL, IQ4_XS and MXFP4 (quant_iq_avx2.c): vec_dot and vec_dot_tile. */
@@ -32,7 +37,8 @@ double tensor__sum_exp_avx2(const float *x, size_t n, float shift);
  * Q8_0 dot products (vec_dot, vec_dot_tile, tile_x_prep), installed over
  * the AVX2 set's; Q8_0's tile only with `q8_tile` (no faster than the
  * AVX-VNNI one, so chosen where that is missing).  It installs the tiles
- * of repacked Q4_K and Q6_K (q4k_r8_avx512.c, q6k_r8_avx512.c) too. */
+ * of repacked Q4_K, Q6_K and Q8_0 (q4k_r8_avx512.c, q6k_r8_avx512.c,
+ * quant_q8r8_avx512.c, the last with its activation layout) too. */
 void tensor__kernels_avx512(tensor_traits *table, int q8_tile);
 /* Q2_K and Q3_K (quant_klow_avx512.c): vec_dot and vec_dot_tile, faster
  * than the AVX2 ones at every batch size measured; called by the above. */
@@ -42,6 +48,7 @@ void tensor__kernels_klow_avx512(tensor_traits *table);
 void tensor__kernels_iq_avx512(tensor_traits *table);
 void tensor__kernels_q4k_r8_avx512(tensor_traits *table);   /* Q4_K_R8 tile */
 void tensor__kernels_q6k_r8_avx512(tensor_traits *table);   /* Q6_K_R8 tile */
+void tensor__kernels_q8r8_avx512(tensor_traits *table);     /* Q8_0_R8 tile */
 
 /* arm64 NEON; `has_dotprod` when the CPU has the SDOT/UDOT instructions. */
 void tensor__kernels_neon(tensor_traits *table, int has_dotprod);

@@ -1,6 +1,6 @@
 /* q8_0_r8.c - the reference (plain C) repacking of Q8_0 rows into
  * TT_Q8_0_R8 and back (layout in q8_0_r8.h).  The products exist only as
- * SIMD tile kernels (quant_q8r8_avx2.c), and a matrix is repacked only
+ * SIMD tile kernels (quant_q8r8_avx2.c, quant_q8r8_avx512.c), and a matrix is repacked only
  * where one is installed, so arm64 and RACIMO_KERNELS=ref keep Q8_0 as in
  * the file; this file lets every build make and check the layout. */
 #include "tensor/q8_0_r8.h"

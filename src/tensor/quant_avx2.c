@@ -467,10 +467,9 @@ void tensor__kernels_avx2(tensor_traits *table, int use_vnni)
     tensor__kernels_q4r8_avx2(table, use_vnni);   /* after the tile kernels: takes Q4_0's prep */
     tensor__kernels_k_avx2(table, use_vnni);
     tensor__kernels_q4k_r8_avx2(table, use_vnni);
-    if (!use_vnni) {   /* with VPDPBUSD, Q8_0 and Q6_K keep their measured kernels */
-        tensor__kernels_q8r8_avx2(table);
+    tensor__kernels_q8r8_avx2(table, use_vnni);
+    if (!use_vnni)   /* with VPDPBUSD, Q6_K keeps its measured kernels */
         tensor__kernels_q6k_r8_avx2(table);
-    }
     tensor__kernels_klow_avx2(table);
     tensor__kernels_iq_avx2(table);
 }

@@ -7,8 +7,9 @@
  * replaces these two types' dot products (and their tile_x_prep, whose
  * layout the kernels here read), then has quant_klow_avx512.c replace
  * Q2_K's and Q3_K's, quant_iq_avx512.c those of IQ4_NL, IQ4_XS and MXFP4,
- * and q4k_r8_avx512.c and q6k_r8_avx512.c install the tiles of repacked
- * Q4_K and Q6_K.
+ * and q4k_r8_avx512.c, q6k_r8_avx512.c and quant_q8r8_avx512.c install
+ * the tiles of repacked Q4_K, Q6_K and Q8_0 (so Q8_0 matrices are repacked
+ * on these CPUs and the kernels here serve the rows left as in the file).
  *
  * The float arithmetic of every output is exactly that of quant_tile_avx2.c
  * (same operations, same order, per output), only the integer sums, which
@@ -394,9 +395,7 @@ void tensor__kernels_avx512(tensor_traits *table, int q8_tile)
     table[TT_Q8_0].vec_dot = q8_0_vec_dot;
     tensor__kernels_q4k_r8_avx512(table);
     tensor__kernels_q6k_r8_avx512(table);
-    /* Q8_0 stays as in the file here: its AVX-512 kernels were measured,
-     * the repacked layout's AVX2 kernel (quant_q8r8_avx2.c) was not */
-    table[TT_Q8_0_R8].vec_dot_tile = NULL;
+    tensor__kernels_q8r8_avx512(table);
     tensor__kernels_klow_avx512(table);
     tensor__kernels_iq_avx512(table);
     if (!q8_tile)
