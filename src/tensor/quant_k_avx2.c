@@ -499,17 +499,6 @@ INLINE void kfew(int kt, int J, int64_t n, const uint8_t *w, size_t ws, int nr, 
             y[(size_t)j * ldy + r] = lanes[r * J + j];
 }
 
-#define KFEW_SWITCH(kt, J, ...)                                \
-    switch (J) {                                               \
-    case 2: kfew(kt, 2, __VA_ARGS__); break;                   \
-    case 3: kfew(kt, 3, __VA_ARGS__); break;                   \
-    case 4: kfew(kt, 4, __VA_ARGS__); break;                   \
-    case 5: kfew(kt, 5, __VA_ARGS__); break;                   \
-    case 6: kfew(kt, 6, __VA_ARGS__); break;                   \
-    case 7: kfew(kt, 7, __VA_ARGS__); break;                   \
-    default: kfew(kt, 8, __VA_ARGS__); break;                  \
-    }
-
 typedef void (*kfew_fn)(int J, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
                         size_t xs, const float *xd, float *y, size_t ldy);
 
@@ -747,7 +736,7 @@ INLINE void ktile_packed(int kt, kkernel_fn kernel, int64_t n, const uint8_t *w,
                            const uint8_t *x, size_t xs, const float *xd, float *y,     \
                            size_t ldy)                                                 \
     {                                                                                  \
-        KFEW_SWITCH(kt, J, n, w, ws, nr, x, xs, xd, y, ldy)                            \
+        SWITCH_ROWS8(kfew, kt, J, n, w, ws, nr, x, xs, xd, y, ldy)                     \
     }                                                                                  \
     static void name##_tile_any(int vnni, int64_t n, const void *w, size_t ws,         \
                                 int n_w, const void *x, size_t xs, int n_x, float *y,  \

@@ -522,17 +522,6 @@ INLINE void tile_packed(int wt, kernel_fn kernel, rows8_fn rows8, few_fn few, in
     default: K(wt, RN, __VA_ARGS__); break;                    \
     }
 
-#define FEW_SWITCH(K, wt, J, ...)                              \
-    switch (J) {                                               \
-    case 2: K(wt, 2, __VA_ARGS__); break;                      \
-    case 3: K(wt, 3, __VA_ARGS__); break;                      \
-    case 4: K(wt, 4, __VA_ARGS__); break;                      \
-    case 5: K(wt, 5, __VA_ARGS__); break;                      \
-    case 6: K(wt, 6, __VA_ARGS__); break;                      \
-    case 7: K(wt, 7, __VA_ARGS__); break;                      \
-    default: K(wt, 8, __VA_ARGS__); break;                     \
-    }
-
 #define DEFINE_FORMAT(name, wt)                                                        \
     static float name##_vec_dot(const void *w, const void *x, int64_t n)               \
     {                                                                                  \
@@ -572,14 +561,14 @@ INLINE void tile_packed(int wt, kernel_fn kernel, rows8_fn rows8, few_fn few, in
                                 const uint8_t *x, size_t xs, const float *xd,          \
                                 const uint32_t *xs32, float *y, size_t ldy)            \
     {                                                                                  \
-        FEW_SWITCH(few_avx2, wt, J, n, w, ws, nr, x, xs, xd, xs32, y, ldy)             \
+        SWITCH_ROWS8(few_avx2, wt, J, n, w, ws, nr, x, xs, xd, xs32, y, ldy)           \
     }                                                                                  \
     VNNI static void name##_few_vnni(int J, int64_t n, const uint8_t *w, size_t ws,    \
                                      int nr, const uint8_t *x, size_t xs,              \
                                      const float *xd, const uint32_t *xs32, float *y,  \
                                      size_t ldy)                                       \
     {                                                                                  \
-        FEW_SWITCH(few_vnni, wt, J, n, w, ws, nr, x, xs, xd, xs32, y, ldy)             \
+        SWITCH_ROWS8(few_vnni, wt, J, n, w, ws, nr, x, xs, xd, xs32, y, ldy)           \
     }                                                                                  \
     static void name##_tile(int64_t n, const void *w, size_t ws, int n_w,              \
                             const void *x, size_t xs, int n_x, float *y, size_t ldy)   \
